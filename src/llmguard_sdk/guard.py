@@ -15,9 +15,15 @@ from typing_extensions import Unpack
 from . import _lazy, tokens
 from ._adoption import Adoption
 from ._config_file import config_source, load_config, naming, options_for, resolve, tasks_of
-from ._core import wiring
+from ._core import filters, wiring
 from ._core.buffered import achat_stream, chat_stream
-from ._core.calls import MessagesArg, acomplete_call, call_context, complete_call
+from ._core.calls import (
+    MessagesArg,
+    acomplete_call,
+    call_context,
+    call_contexts,
+    complete_call,
+)
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
 from ._lifecycle import Lifecycle
@@ -286,8 +292,8 @@ class Guard(Adoption, Lifecycle):
         )
         retry = wiring.retry_policy(retry, retry_budget, self.settings.retry_attempts)
         routes = wiring.routes(providers := wiring.chain(release, providers), self.settings, blank)
-        input_filters = wiring.callables("input_filters", input_filters)
-        output_filters = wiring.callables("output_filters", output_filters)
+        input_filters = wiring.callables("input_filters", input_filters, awaited=True)
+        output_filters = wiring.callables("output_filters", output_filters, awaited=True)
         hooks = wiring.callables("hooks", hooks)
         breaker_hooks = wiring.callables("breaker_hooks", breaker_hooks)
         self.store: Store = open_store(
@@ -513,7 +519,8 @@ class Guard(Adoption, Lifecycle):
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         if _lazy.loading:  # the Guards' loads under way: waited for off the event loop
             await _lazy.aloaded(_seconds_or(options.get("timeout"), self._stages.timeout))
-        ctx = call_context(self._stages, messages, options, stream=stream, reported=True)
+        plan = call_contexts(self._stages, messages, options, stream=stream, reported=True)
+        ctx = await filters.arun(plan)  # (an async input filter awaited on this loop)
         if stream:  # (checked: True or False)
             return achat_stream(ctx, self._stages)
         with reporting(ctx, self._stages, "chat") as outcome:  # cancelled: reported as such

@@ -17,14 +17,21 @@ from ..cache._config import check_controls
 from ..context import CallContext
 from ..errors import RequestValidationError
 from ..models import ChatRequest, ChatResponse, Message
-from . import tasks
+from . import filters, tasks
 from .drive import acomplete, complete
 from .opening import OpeningOutcome, aopen_call, open_call
 from .refusals import refusals
 from .run import Run
-from .stages import Stages, finish, prepare, resolve_scope
+from .stages import Stages, afinish, finish, preparing, resolve_scope
 
-__all__ = ["MessagesArg", "acomplete_call", "call_context", "complete_call", "stream_flag"]
+__all__ = [
+    "MessagesArg",
+    "acomplete_call",
+    "call_context",
+    "call_contexts",
+    "complete_call",
+    "stream_flag",
+]
 
 MessagesArg = Iterable[Message | Mapping[str, Any]]
 """Chat messages as :class:`~llmguard_sdk.Message` objects or dicts (a list, or any iterable)."""
@@ -39,6 +46,19 @@ def call_context(
     stream: object = False,
     reported: bool = False,
 ) -> CallContext:
+    """:func:`call_contexts` in a sync call (an async input filter's wait in a worker
+    thread; an async call awaits it on its loop: ``filters.arun(call_contexts(...))``)."""
+    return filters.run(call_contexts(stages, messages, options, stream=stream, reported=reported))
+
+
+def call_contexts(
+    stages: Stages,
+    messages: MessagesArg | None,
+    options: Mapping[str, Any],
+    *,
+    stream: object,
+    reported: bool,
+) -> filters.Plan[CallContext]:
     """The call's context from ``Guard.chat``'s arguments (validated, ``stream`` too: see
     :func:`stream_flag`; no network yet). A ``reported`` call refused here (its request or
     ``stream`` invalid, an input guardrail's refusal, over ``max_input_tokens``) is reported
@@ -64,7 +84,7 @@ def call_context(
         ttl, max_age = params.pop("cache_ttl", None), params.pop("cache_max_age", None)
         if refresh is not False or ttl is not None or max_age is not None:
             check_controls(refresh, ttl, max_age, prefix="cache_")
-        ctx = prepare(
+        ctx = yield from preparing(
             stages,
             _request_data(messages, request, model, params),
             scope=scope,
@@ -137,10 +157,10 @@ async def _acomplete_once(ctx: CallContext, stages: Stages) -> ChatResponse:
     opening = await aopen_call(ctx, stages)
     try:
         if (cached := opening.begin(ctx, stages)) is not None:
-            return finish(ctx, stages, cached)
+            return await afinish(ctx, stages, cached)
         response = None
         try:
-            response = finish(ctx, stages, await acomplete(_run(ctx, stages, opening)))
+            response = await afinish(ctx, stages, await acomplete(_run(ctx, stages, opening)))
         finally:  # settle to what was served; nothing served (or cancelled): to what went out
             if opening.held is not None and stages.spend is not None:
                 opening.tail.add(stages.spend.settle_steps(opening.held, ctx, response))

@@ -1,5 +1,5 @@
 """A call's start and end: the configured stages, the request checked and its context made
-(:func:`prepare`), the answer stamped and filtered (:func:`finish`), the call reported to
+(:func:`preparing`), the answer stamped and filtered (:func:`finish`), the call reported to
 telemetry and hooks (:func:`report`)."""
 
 from __future__ import annotations
@@ -7,15 +7,12 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
 from .._copies import frozen, updated
 from .._ids import IDEMPOTENCY_PREFIX, UniqueIds
-from .._problems import problems
 from .._route_names import CACHE, DEGRADED
 from ..breaker import Breakers
 from ..budget.control import SpendControl
@@ -25,7 +22,6 @@ from ..cache._served import hit_id, hit_metadata
 from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
 from ..errors import (
     ConfigurationError,
-    GuardrailRejectedError,
     InputTooLargeError,
     ProviderError,
     RequestValidationError,
@@ -38,6 +34,7 @@ from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry._attributes import exception_type
 from ..tokens import count_text_tokens, request_tokens_at_most
+from . import filters
 from .probes import Prober
 from .routing import Routing
 
@@ -55,15 +52,15 @@ __all__ = [
     "cache_model",
     "cache_request",
     "check_input_size",
+    "afinish",
     "finish",
     "from_cache",
     "new_idempotency_key",
-    "prepare",
+    "preparing",
     "report",
     "reporting",
     "resolve_scope",
     "route_error_types",
-    "through_filter",
 ]
 
 
@@ -73,14 +70,18 @@ logger = logging.getLogger("llmguard_sdk")
 CallKind = Literal["chat", "stream", "protect"]
 """What kind of call an event describes."""
 
-InputFilter = Callable[[ChatRequest], "ChatRequest | None"]
+InputFilter = Callable[[ChatRequest], "ChatRequest | Awaitable[ChatRequest | None] | None"]
 """Sees the validated request; returns a replacement request, or ``None`` to keep it.
 
-Raise :class:`~llmguard_sdk.errors.GuardrailRejectedError` to refuse the call."""
+Raise :class:`~llmguard_sdk.errors.GuardrailRejectedError` to refuse the call. It may be
+``async def`` (or return an awaitable): awaited on the caller's event loop in async calls,
+run on an event loop of its own in a worker thread in sync calls; its wait is bounded by the
+call's deadline (past it: :class:`~llmguard_sdk.errors.ProviderTimeoutError`)."""
 
 
-OutputFilter = Callable[[ChatResponse], "ChatResponse | None"]
-"""Sees the response; returns a replacement, or ``None`` to keep it; may raise
+OutputFilter = Callable[[ChatResponse], "ChatResponse | Awaitable[ChatResponse | None] | None"]
+"""Sees the response; returns a replacement, or ``None`` to keep it (async as an
+:data:`InputFilter` may be); may raise
 :class:`~llmguard_sdk.errors.GuardrailRejectedError`. For streams it sees the assembled
 response after the last chunk (the caller has already read the text by then); a cached or
 degraded answer, replayed as one chunk, is filtered before that chunk."""
@@ -118,7 +119,7 @@ class Stages:
 _LONGEST_CALL_S = 2.0**31  # a longer timeout is "never": capped, so no OS timer overflows
 
 
-def prepare(
+def preparing(
     stages: Stages,
     request: ChatRequest | Mapping[str, Any],
     *,
@@ -129,10 +130,11 @@ def prepare(
     priority: Literal["interactive", "batch"] = "interactive",
     region: str | None = None,
     started_at: tuple[float, int] | None = None,
-) -> CallContext:
+) -> filters.Plan[CallContext]:
     """Validate the request, run input guardrails, choose the call's routes (a release's,
     a group's ranking, its tier's) and check its size as its first route counts; start the
-    clock (or take ``started_at``, its ``time.monotonic()`` and ``time.time_ns()`` start)."""
+    clock (or take ``started_at``, its ``time.monotonic()`` and ``time.time_ns()`` start).
+    A plan (see :mod:`.filters`): it yields the waits of async input filters."""
     started, started_ns = started_at or (time.monotonic(), time.time_ns())
     if not stages.routes:
         raise ConfigurationError(
@@ -141,7 +143,8 @@ def prepare(
     total = stages.timeout if timeout is None else timeout
     if not _seconds(total) or total == 0:
         raise RequestValidationError(f"timeout must be a positive number of seconds, got {total!r}")
-    checked = _checked(request, stages)
+    deadline = started + min(total, _LONGEST_CALL_S)
+    checked = yield from _checking(request, stages, deadline)
     if priority not in ("interactive", "batch"):
         raise RequestValidationError(f"priority must be 'interactive' or 'batch', got {priority!r}")
     if region is not None and not (isinstance(region, str) and region):
@@ -158,7 +161,7 @@ def prepare(
     ctx = CallContext(
         request=checked,
         scope=scope,
-        deadline=started + min(total, _LONGEST_CALL_S),
+        deadline=deadline,
         started=started,
         started_ns=started_ns,
         hedge_after=hedge,
@@ -257,16 +260,17 @@ def _extra_body_problem(extra_body: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRequest:
+def _checking(
+    request: ChatRequest | Mapping[str, Any], stages: Stages, deadline: float
+) -> filters.Plan[ChatRequest]:
     """The request validated, through the input filters, with the call's idempotency key."""
     keyed = False
     if not isinstance(request, ChatRequest):
         request = dict(request)
         keyed = _keyed(request, stages.retry)
     checked = validated = validate_request(request)
-    for input_filter in stages.input_filters:
-        replaced = _apply_filter(input_filter, checked, ChatRequest, "input")
-        checked = checked if replaced is checked else _filtered_request(input_filter, replaced)
+    if stages.input_filters:
+        checked = yield from filters.inputs(stages.input_filters, checked, deadline)
     problem = _extra_body_problem(checked.extra_body) if checked.extra_body else None
     if problem is not None:
         raise RequestValidationError(problem)
@@ -275,36 +279,6 @@ def _checked(request: ChatRequest | Mapping[str, Any], stages: Stages) -> ChatRe
     if not keyed or checked is not validated:  # (a filter's new request may lack the key)
         checked = _with_idempotency_key(checked, stages.retry)
     return checked
-
-
-def _filtered_request(input_filter: InputFilter, request: ChatRequest) -> ChatRequest:
-    """An input filter's new request, validated as the caller's was (``model_copy`` builds
-    one without validation: dicts for messages, a negative ``max_tokens``, sent as given)."""
-    try:
-        return validate_request(dict(request))
-    except RequestValidationError as exc:
-        raise RequestValidationError(
-            f"input filter {input_filter!r} returned an invalid request: {exc}", exc.details
-        ) from None
-
-
-def through_filter(output_filter: OutputFilter, response: ChatResponse) -> ChatResponse:
-    """``response`` through one output filter: its replacement, validated, else ``response``
-    (a refusal raised with its ``stage``; a return of another kind: ConfigurationError)."""
-    replaced = _apply_filter(output_filter, response, ChatResponse, "output")
-    return response if replaced is response else _filtered_response(output_filter, replaced)
-
-
-def _filtered_response(output_filter: OutputFilter, response: ChatResponse) -> ChatResponse:
-    """An output filter's new response, validated (``model_copy`` builds one without
-    validation: a ``text`` of None reached the caller and failed the cache's store)."""
-    try:
-        return ChatResponse.model_validate(dict(response))
-    except ValidationError as exc:
-        found = "; ".join(problems(exc, "response"))
-        raise ConfigurationError(
-            f"output filter {output_filter!r} returned an invalid response: {found}"
-        ) from None
 
 
 def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> Scope:
@@ -330,8 +304,17 @@ _last_scope: tuple[tuple[Scope, object, object, object], Scope] = (
 
 def finish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
     """The answer served: stamped (route, attempts, timings, usage and cost), then through
-    the output filters."""
-    return _screen(ctx, stages, _stamp(ctx, stages, response))
+    the output filters (an async one's wait in a worker thread, until the deadline)."""
+    stamped = _stamp(ctx, stages, response)
+    return filters.run(_screen(ctx, stages, stamped)) if stages.output_filters else stamped
+
+
+async def afinish(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
+    """Async twin of :func:`finish` (an async filter awaited on the caller's loop)."""
+    stamped = _stamp(ctx, stages, response)
+    if not stages.output_filters:
+        return stamped
+    return await filters.arun(_screen(ctx, stages, stamped))
 
 
 def _stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResponse:
@@ -364,20 +347,17 @@ def _stamp(ctx: CallContext, stages: Stages, response: ChatResponse) -> ChatResp
     return updated(response, update)
 
 
-def _screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> ChatResponse:
+def _screen(ctx: CallContext, stages: Stages, stamped: ChatResponse) -> filters.Plan[ChatResponse]:
     """A stamped answer (:func:`_stamp`) through the output filters. The cache keeps answers
     as served (what the filters left: a redacting filter's words never reach the store), and
     a hit passes the filters of the Guard serving it again (a Guard whose filters refuse what
     another stored refuses the hit)."""
-    response = stamped
     try:
-        for output_filter in stages.output_filters:
-            response = through_filter(output_filter, response)
-    except BaseException:  # refused after the provider billed it: an unserved attempt
+        return (yield from filters.outputs(stages.output_filters, stamped, ctx.deadline))
+    except BaseException:  # refused (or out of time) after the provider billed it: unserved
         if stamped.route not in (None, CACHE, DEGRADED) and stamped.usage is not None:
             ctx.unserved.append((stamped.route, stamped.usage))
         raise
-    return response
 
 
 def _event(
@@ -531,21 +511,6 @@ def new_idempotency_key() -> str:
 _idempotency_keys = UniqueIds(IDEMPOTENCY_PREFIX)
 
 
-def _apply_filter(fn: Callable[[Any], Any], value: Any, kind: type[Any], stage: str) -> Any:
-    try:
-        result = fn(value)
-    except GuardrailRejectedError as exc:
-        if not exc.stage:
-            exc.stage = stage
-        raise
-    if result is None:
-        return value
-    if not isinstance(result, kind):
-        raise ConfigurationError(
-            f"{stage} filter {fn!r} returned {type(result).__name__}, "
-            f"expected {kind.__name__} or None"
-        )
-    return result
 
 
 def cache_model(ctx: CallContext, stages: Stages) -> str | None:

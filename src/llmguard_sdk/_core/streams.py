@@ -113,20 +113,34 @@ class _StreamBase:
         )
 
     def _ended_with(self, response: ChatResponse | None) -> StreamChunk | None:
-        """The route loop's answer becomes the stream's response; a whole answer that no
-        stream delivered (stale or degraded) is also the last chunk."""
+        """The route loop's answer (or the opening's cached one) becomes the stream's
+        response; a whole answer that no stream delivered (cached, stale or degraded) is
+        also the last chunk (see :meth:`_whole`)."""
         assert response is not None
-        if response.route in (CACHE, DEGRADED):
-            return self._as_chunk(response)
+        whole = self._whole(response)
         self._response = stages.finish(self._ctx, self._stages, response)
-        return None
+        return self._as_chunk(self._response) if whole else None
 
-    def _as_chunk(self, response: ChatResponse) -> StreamChunk:
-        """A whole answer not from a provider stream (degraded, cached) as one chunk: the
-        stream's response, as the output filters left it, its first token delivered now."""
+    async def _aended_with(self, response: ChatResponse | None) -> StreamChunk | None:
+        """Async twin of :meth:`_ended_with` (an async output filter awaited on the loop)."""
+        assert response is not None
+        whole = self._whole(response)
+        self._response = await stages.afinish(self._ctx, self._stages, response)
+        return self._as_chunk(self._response) if whole else None
+
+    def _whole(self, response: ChatResponse) -> bool:
+        """Whether ``response`` is a whole answer not from a provider stream (degraded,
+        cached), replayed as one chunk: its first token is delivered now (the response's
+        timings count it)."""
+        if response.route not in (CACHE, DEGRADED):
+            return False
         if self._ctx.first_token_at is None:
             self._ctx.first_token_at = time.monotonic()
-        self._response = response = stages.finish(self._ctx, self._stages, response)
+        return True
+
+    @staticmethod
+    def _as_chunk(response: ChatResponse) -> StreamChunk:
+        """A whole answer, as the output filters left it, as one chunk."""
         return StreamChunk(
             text=response.text,
             finish_reason=response.finish_reason,
@@ -165,7 +179,9 @@ class _ChatStreamState(_StreamBase):
         try:
             cached = self._opened(opening.open_call(ctx, stages))
             if cached is not None:
-                yield self._as_chunk(cached)
+                hit = self._ended_with(cached)  # (a whole answer: its one chunk)
+                if hit is not None:
+                    yield hit
                 return
             run = self._run()
             chunks = drive(run)
@@ -272,13 +288,15 @@ class _AsyncStreamState(_StreamBase):
         try:
             cached = self._opened(await opening.aopen_call(ctx, stages))
             if cached is not None:
-                yield self._as_chunk(cached)
+                hit = await self._aended_with(cached)  # (a whole answer: its one chunk)
+                if hit is not None:
+                    yield hit
                 return
             run = self._run()
             chunks = adrive(run)
             async for chunk in chunks:
                 yield chunk
-            last = self._ended_with(run.response)
+            last = await self._aended_with(run.response)
             if last is not None:
                 yield last
             assert self._opening is not None  # the stream went to its routes

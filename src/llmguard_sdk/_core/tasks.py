@@ -25,18 +25,18 @@ from ..errors import (
     ProviderError,
     RateLimitExceededError,
 )
-from ..models import INCOMPLETE_FINISH_REASONS, ChatRequest, ChatResponse
+from ..models import INCOMPLETE_FINISH_REASONS, ChatResponse
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
+from . import filters
 from .stages import (
     DEGRADED,
     OutputFilter,
     Stages,
     check_input_size,
     new_idempotency_key,
-    through_filter,
 )
 
 __all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "metric_reason"]
@@ -198,24 +198,28 @@ class _Rejected(Exception):
 
 
 def _screen(
-    filters: Sequence[OutputFilter], cascade: Cascade, request: ChatRequest
+    output_filters: Sequence[OutputFilter], cascade: Cascade, ctx: CallContext
 ) -> OutputFilter:
-    """The Guard's output filters, then the cascade's checks, as one output filter."""
+    """The Guard's output filters, then the cascade's checks, as one output filter (an
+    awaitable one from the first async filter on: see :func:`~.filters.resolve`)."""
+    request = ctx.request
 
-    def screen(response: ChatResponse) -> ChatResponse:
+    def screening(response: ChatResponse) -> filters.Plan[ChatResponse]:
         if response.route == DEGRADED or "route_errors" in response.metadata:
             raise _Rejected("error", response)  # no route served: a degraded or stale answer
-        for output_filter in filters:
-            try:
-                response = through_filter(output_filter, response)
-            except GuardrailRejectedError:
-                if not cascade.on_output_filter:
-                    raise
-                raise _Rejected("output_filter", response) from None
-        reason = cascade.rejects(request, response)
+        try:
+            checked = yield from filters.outputs(output_filters, response, ctx.deadline)
+        except GuardrailRejectedError:
+            if not cascade.on_output_filter:
+                raise
+            raise _Rejected("output_filter", response) from None
+        reason = cascade.rejects(request, checked)
         if reason is not None:
-            raise _Rejected(reason, response)
-        return response
+            raise _Rejected(reason, checked)
+        return checked
+
+    def screen(response: ChatResponse) -> ChatResponse | Awaitable[ChatResponse]:
+        return filters.resolve(screening(response))
 
     return screen
 
@@ -232,7 +236,7 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
             _next_tier(ctx, stages, routing.order(choice, tier), tier)
         run = stages
         if not last:
-            screen = _screen(stages.output_filters, cascade, ctx.request)
+            screen = _screen(stages.output_filters, cascade, ctx)
             run = dataclasses.replace(stages, output_filters=(screen,))
         outcome = yield run
         if isinstance(outcome, ChatResponse):

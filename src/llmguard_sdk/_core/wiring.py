@@ -66,16 +66,16 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def callables(name: str, fns: Sequence[F]) -> tuple[F, ...]:
-    """The Guard's ``name`` (hooks, filters): a list of plain callables, else a
-    :class:`ConfigurationError` (an async one would be called and never awaited: its
-    filter's answer a coroutine, its hook's work never done)."""
+def callables(name: str, fns: Sequence[F], *, awaited: bool = False) -> tuple[F, ...]:
+    """The Guard's ``name`` (hooks, filters): a list of callables, else a
+    :class:`ConfigurationError`; plain ones unless ``awaited`` (filters: an async one is
+    awaited), as an async hook would be called and never awaited, its work never done."""
     if callable(fns) or isinstance(fns, (str, bytes)) or not isinstance(fns, Sequence):
         raise ConfigurationError(f"Guard {name} must be a list of callables, got {fns!r:.80}")
     for fn in fns:
         if not callable(fn):
             raise ConfigurationError(f"Guard {name}: {fn!r:.80} is not callable")
-        if is_async_callable(fn):
+        if not awaited and is_async_callable(fn):
             raise ConfigurationError(
                 f"Guard {name} are called, never awaited: none may be async, got {fn!r:.80}"
             )

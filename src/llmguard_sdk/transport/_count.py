@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .._core.calls import call_context
+from .._core import filters
+from .._core.calls import call_contexts
 from .._core.limits import route_input_tokens
 from .._core.routes import call_routes, too_small_for
 from . import _wire
@@ -40,11 +41,27 @@ if TYPE_CHECKING:
 PATH = "/messages/count_tokens"
 
 
+def asked(incoming: Incoming) -> bool:
+    """Whether ``incoming`` asks for a token count."""
+    return incoming.method == "POST" and incoming.path.rstrip("/").endswith(PATH)
+
+
 def count_tokens(guard: Guard, incoming: Incoming) -> Answer:
-    """The answer to a ``count_tokens`` request."""
+    """The answer to a ``count_tokens`` request (an async input filter's wait in a worker
+    thread)."""
+    return filters.run(_counting(guard, incoming))
+
+
+async def acount_tokens(guard: Guard, incoming: Incoming) -> Answer:
+    """Async twin of :func:`count_tokens` (an async input filter awaited on the loop)."""
+    return await filters.arun(_counting(guard, incoming))
+
+
+def _counting(guard: Guard, incoming: Incoming) -> filters.Plan[Answer]:
     arguments: dict[str, Any] = MessagesWire().arguments(_wire.load_object(incoming.body), incoming)
     stages = dataclasses.replace(guard._stages, max_input_tokens=None)  # counted, not refused
-    ctx = call_context(stages, arguments.pop("messages"), arguments)
+    messages = arguments.pop("messages")
+    ctx = yield from call_contexts(stages, messages, arguments, stream=False, reported=False)
     route = _counted_route(ctx, stages)
     count = route_input_tokens(ctx, route)
     headers = [

@@ -61,7 +61,7 @@ def plan(guard: Guard, incoming: Incoming) -> Call | Answer:
         _, slash, model = path.rpartition("/models/")
         body = models.model(model) if slash else models.listing()
         return Answer(200, [("content-type", "application/json")], _wire.dumps(body))
-    if incoming.method == "POST" and path.endswith(_count.PATH):
+    if _count.asked(incoming):
         return _count.count_tokens(guard, incoming)
     wire = _wire_for(path)
     if incoming.method != "POST" or not any(path.endswith(s) for s in _ROUTES):
@@ -143,6 +143,8 @@ async def ahandle(
 ) -> Answer:
     """Async twin of :func:`handle`."""
     try:
+        if _count.asked(incoming):  # (an async input filter awaited on the loop)
+            return await _count.acount_tokens(guard, incoming)
         call = plan(guard, incoming)
         if isinstance(call, Answer):
             return call

@@ -1,0 +1,232 @@
+"""Guardrails run: each input or output filter's answer (its replacement, validated, or
+``None`` to keep what it got), a refusal raised with its ``stage``, and an async filter's wait
+bounded by the call's deadline.
+
+A chain of filters is a small plan (a generator): it yields each awaitable a filter returned
+(an ``async def`` filter, or a plain one returning an awaitable) as a :class:`Pending` and
+receives its result, or has its error thrown in. :func:`run` drives a plan in sync calls: an
+awaitable runs on an event loop of its own in a worker thread, which the call waits for until
+its deadline (then abandons it, cancelled), so that a sync call made inside a running event
+loop works too. :func:`arun` drives it in async calls: awaited on the caller's event loop
+under a cancel scope that ends at the deadline, so other tasks run while it waits. A filter
+that waits past the deadline fails the call with
+:class:`~llmguard_sdk.errors.ProviderTimeoutError`. Sync filters run where the call runs, as
+before: a chain of them yields nothing (no thread, no loop).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import ValidationError
+
+from .._problems import problems
+from ..errors import (
+    ConfigurationError,
+    GuardrailRejectedError,
+    ProviderTimeoutError,
+    RequestValidationError,
+)
+from ..models import ChatRequest, ChatResponse, validate_request
+
+__all__ = ["Pending", "Plan", "arun", "inputs", "outputs", "resolve", "run"]
+
+T = TypeVar("T")
+
+_GRACE_S = 1.0
+"""How long a sync call waits, past its deadline, for a cancelled async filter's loop to end
+before it abandons the worker thread (a filter that ignores its cancellation)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An awaitable a filter returned: what to await, by when (``time.monotonic()``), and
+    which filter and stage it is (named in the timeout's message)."""
+
+    awaitable: Awaitable[Any]
+    deadline: float
+    what: str
+    stage: str
+
+
+Plan = Generator[Pending, Any, T]
+"""Filters run in order: yields each :class:`Pending` wait, receives its result."""
+
+
+def inputs(
+    filters: Sequence[Callable[[ChatRequest], Any]], request: ChatRequest, deadline: float
+) -> Plan[ChatRequest]:
+    """``request`` through the input filters, in order: each replacement validated as the
+    caller's request was."""
+    return _through(filters, request, "input", deadline)
+
+
+def outputs(
+    filters: Sequence[Callable[[ChatResponse], Any]], response: ChatResponse, deadline: float
+) -> Plan[ChatResponse]:
+    """``response`` through the output filters, in order: each replacement validated (a
+    return of another kind: ConfigurationError)."""
+    return _through(filters, response, "output", deadline)
+
+
+def _through(
+    filters: Sequence[Callable[[Any], Any]], value: Any, stage: str, deadline: float
+) -> Plan[Any]:
+    kind, validated = _KINDS[stage]
+    for fn in filters:
+        try:
+            result = fn(value)
+            if inspect.isawaitable(result):
+                result = yield Pending(result, deadline, f"{stage} filter {fn!r}", stage)
+        except GuardrailRejectedError as exc:
+            if not exc.stage:
+                exc.stage = stage
+            raise
+        if result is None or result is value:
+            continue
+        if not isinstance(result, kind):
+            raise ConfigurationError(
+                f"{stage} filter {fn!r} returned {type(result).__name__}, "
+                f"expected {kind.__name__} or None"
+            )
+        value = validated(fn, result)
+    return value
+
+
+def _filtered_request(input_filter: object, request: Any) -> ChatRequest:
+    """An input filter's new request, validated as the caller's was (``model_copy`` builds
+    one without validation: dicts for messages, a negative ``max_tokens``, sent as given)."""
+    try:
+        return validate_request(dict(request))
+    except RequestValidationError as exc:
+        raise RequestValidationError(
+            f"input filter {input_filter!r} returned an invalid request: {exc}", exc.details
+        ) from None
+
+
+def _filtered_response(output_filter: object, response: Any) -> ChatResponse:
+    """An output filter's new response, validated (``model_copy`` builds one without
+    validation: a ``text`` of None reached the caller and failed the cache's store)."""
+    try:
+        return ChatResponse.model_validate(dict(response))
+    except ValidationError as exc:
+        found = "; ".join(problems(exc, "response"))
+        raise ConfigurationError(
+            f"output filter {output_filter!r} returned an invalid response: {found}"
+        ) from None
+
+
+_KINDS: dict[str, tuple[type[Any], Callable[[object, Any], Any]]] = {
+    "input": (ChatRequest, _filtered_request),
+    "output": (ChatResponse, _filtered_response),
+}
+"""Per stage: what its filters return, and how a replacement is validated."""
+
+
+Outcome = tuple[bool, Any]
+"""A wait's end: ``(True, its result)`` or ``(False, its exception)``."""
+
+_STARTED: Outcome = (True, None)
+
+
+def run(plan: Plan[T]) -> T:
+    """Drive ``plan`` in a sync call: each wait on an event loop of its own, in a worker
+    thread, until its deadline."""
+    step = _resume(plan, _STARTED)
+    while isinstance(step, Pending):
+        step = _resume(plan, _blocking(step))
+    return step
+
+
+async def arun(plan: Plan[T]) -> T:
+    """Drive ``plan`` in an async call: each wait awaited on the caller's loop until its
+    deadline (a cancel of the call is thrown into the plan too: its records see it)."""
+    return await _rest(plan, _resume(plan, _STARTED), bounded=True)
+
+
+def resolve(plan: Plan[T]) -> T | Awaitable[T]:
+    """Run ``plan`` here until its first wait: its result, or (it has one) an awaitable that
+    goes on from there (a chain of filters acting as one filter: a cascade's checks). The
+    caller's driver bounds that awaitable by the deadline."""
+    step = _resume(plan, _STARTED)
+    return _rest(plan, step, bounded=False) if isinstance(step, Pending) else step
+
+
+async def _rest(plan: Plan[T], step: Pending | T, *, bounded: bool) -> T:
+    while isinstance(step, Pending):
+        step = _resume(plan, await _outcome(_awaited(step) if bounded else step.awaitable))
+    return step
+
+
+def _resume(plan: Plan[T], outcome: Outcome) -> Pending | T:
+    """The plan's next wait, or its result, once ``outcome`` is sent (or thrown) in."""
+    ok, value = outcome
+    try:
+        return plan.send(value) if ok else plan.throw(value)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+async def _outcome(awaitable: Awaitable[Any]) -> Outcome:
+    try:
+        return True, await awaitable
+    except BaseException as exc:  # (thrown into the plan: its refusals and records see it)
+        return False, exc
+
+
+def _late(pending: Pending) -> ProviderTimeoutError:
+    """The call's timeout error for a filter that waited past the deadline (an input
+    filter's: no request went out)."""
+    return ProviderTimeoutError(
+        f"{pending.what} did not finish within the call's deadline",
+        request_sent=pending.stage != "input",
+    )
+
+
+async def _awaited(pending: Pending) -> Any:
+    with anyio.move_on_after(max(0.0, pending.deadline - time.monotonic())):
+        return await pending.awaitable
+    raise _late(pending)  # (reached only when the deadline cancelled the wait)
+
+
+def _own_context() -> contextvars.Context:
+    """The caller's context variables for a worker thread's event loop, less the name of the
+    async library the caller runs under (a sync call made inside a running loop), which
+    would tell anyio that the worker's loop is running already."""
+    context = contextvars.copy_context()
+    sniffio = sys.modules.get("sniffio")
+    if sniffio is not None:
+        context.run(sniffio.current_async_library_cvar.set, None)
+    return context
+
+
+def _blocking(pending: Pending) -> Outcome:
+    """``pending`` awaited on an event loop of its own in a worker thread (with the caller's
+    context variables), waited for until its deadline."""
+    ended: list[Outcome] = []
+
+    def wait() -> None:
+        try:
+            ended.append(anyio.run(_outcome, _awaited(pending)))
+        except BaseException as exc:  # (no event loop could run it)
+            ended.append((False, exc))
+        finally:
+            if inspect.iscoroutine(pending.awaitable):
+                pending.awaitable.close()  # (never awaited: no warning; awaited: no-op)
+
+    worker = threading.Thread(
+        target=_own_context().run, args=(wait,), name="llmguard-filter", daemon=True
+    )
+    worker.start()
+    worker.join(max(0.0, pending.deadline - time.monotonic()) + _GRACE_S)
+    # (still running: it ignored its cancellation at the deadline; abandoned)
+    return ended[0] if ended else (False, _late(pending))
