@@ -149,6 +149,8 @@ EXPECTED = {
         "asks for a password",
         "the limit is 200",
         "requests the provider saw: 1",
+        "async moderation: ['Echo: plan a party', 'Echo: plan a picnic', 'refused: guardrail",
+        "sync call: Echo: hi",
     ],
 }
 

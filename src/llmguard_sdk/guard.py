@@ -192,10 +192,21 @@ class Guard(Adoption, Lifecycle):
             route is retried only while a retry as silent would leave the next route its
             own ``attempt_timeout``. Per call: ``chat(..., attempt_timeout=...)``.
         max_input_tokens: refuse requests with more input tokens than this.
-        input_filters: guardrails run on each validated request, in order.
-        output_filters: guardrails run on each response, in order: a provider's, the
+        input_filters: guardrails run on each validated request, in order: each returns a
+            replacement request or ``None`` (keep it), or raises
+            :class:`~llmguard_sdk.errors.GuardrailRejectedError`. A filter may be
+            ``async def`` (or return an awaitable): :meth:`achat`, async streams and the
+            async drop-in clients await it on their event loop (a plain one runs on the loop
+            as it is); :meth:`chat` runs it on an event loop of its own in a worker thread
+            (so a client it keeps must not be tied to one loop). Its wait is bounded by the
+            call's ``timeout``: past it, the call raises
+            :class:`~llmguard_sdk.errors.ProviderTimeoutError`.
+        output_filters: guardrails run on each response, in order, as ``input_filters``
+            are (async ones too; an answer the provider billed and a filter refused, or
+            outwaited the deadline on, is charged as unserved): a provider's, the
             degraded one and a cached one (the cache keeps answers as served, so a hit
-            passes them again: ``response.route == "cache"`` tells it).
+            passes them again: ``response.route == "cache"`` tells it). A stream's
+            assembled answer is filtered after its last chunk. (Async filters: new in 0.2.0.)
         hooks: callables that receive a :class:`~llmguard_sdk.CallEvent` after every call
             (one refused before its first attempt too: ``outcome="error"``, no attempt).
         budgets: spend budgets (:class:`~llmguard_sdk.budget.Budgets`, or a list of
