@@ -219,7 +219,7 @@ def test_an_async_output_filter_past_the_deadline_times_the_call_out(
         fake, budgets=budgets, output_filters=[checked, never_done], hooks=[events.append]
     )
     with pytest.raises(ProviderTimeoutError, match="never_done") as late:
-        call_in_shape(guard, shape, max_tokens=10, timeout=2.0)
+        call_in_shape(guard, shape, max_tokens=10, timeout=3.0)
     assert late.value.request_sent
     _assert_charged_once(guard)
     (event,) = events
