@@ -321,3 +321,35 @@ def test_the_async_drop_in_client_counts_tokens_through_async_filters_on_its_loo
         == count_request_tokens([{"role": "user", "content": "hi " * 50}], model="gpt-4").tokens
     )
     assert fake.requests == []
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_in_its_async_output_filter_is_charged_as_billed(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """Cancelling ``achat`` while an output filter awaits ends the wait at once; the answer
+    the provider billed is charged, and the call is reported as cancelled."""
+    entered = anyio.Event()
+
+    async def stuck(response: ChatResponse) -> None:
+        entered.set()
+        await anyio.sleep(3600)
+
+    events: list[CallEvent] = []
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+    guard = make_guard(fake, budgets=budgets, output_filters=[stuck], hooks=[events.append])
+
+    async def call() -> None:
+        await guard.achat(USER, max_tokens=10)
+
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(call)
+                await entered.wait()
+                tasks.cancel_scope.cancel()
+    finally:
+        await guard.aclose()
+    _assert_charged_once(guard)
+    (event,) = events
+    assert event.outcome == "cancelled"
