@@ -511,8 +511,6 @@ def new_idempotency_key() -> str:
 _idempotency_keys = UniqueIds(IDEMPOTENCY_PREFIX)
 
 
-
-
 def cache_model(ctx: CallContext, stages: Stages) -> str | None:
     """The model the cache keys a call under: the request's, else the first route's. With
     task routing, the first route of the call's tier (another tier's model answers other
