@@ -68,7 +68,10 @@ def test_a_bad_option_is_refused_and_reported_after_good_calls(
 ) -> None:
     events: list[CallEvent] = []
     guard = _guard(make_guard, fake, events)
-    good = {"extra_headers": {"Idempotency-Key": "mine-1", "X-Mine": "ok"}, "tenant": "acme"}
+    good: dict[str, Any] = {
+        "extra_headers": {"Idempotency-Key": "mine-1", "X-Mine": "ok"},
+        "tenant": "acme",
+    }
     for _ in range(2):  # what was checked before is remembered: the bad one is not
         guard.chat(USER, **good)
         events.clear()
@@ -83,7 +86,12 @@ def test_a_bad_option_is_refused_and_reported_after_good_calls(
 def test_given_cache_options_that_are_good_are_taken(make_guard: Any, fake: FakeProvider) -> None:
     events: list[CallEvent] = []
     guard = _guard(make_guard, fake, events)
-    options = {"cache_tags": ["t1"], "cache_refresh": True, "cache_ttl": 5, "cache_max_age": 0}
+    options: dict[str, Any] = {
+        "cache_tags": ["t1"],
+        "cache_refresh": True,
+        "cache_ttl": 5,
+        "cache_max_age": 0,
+    }
     assert guard.chat(USER, **options).text
 
 

@@ -76,7 +76,7 @@ def test_chat_streams_tool_arguments_in_fragments_and_counts_them(
     with oai.chat.completions.stream(**CHAT_CALL) as stream:
         final = stream.get_final_completion()
     (call,) = final.choices[0].message.tool_calls or []
-    assert json.loads(call.function.arguments) == ARGUMENTS  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == ARGUMENTS
     usage = oai.chat.completions.create(**CHAT_CALL).usage
     assert usage is not None
     assert usage.completion_tokens == len(fragments)

@@ -67,6 +67,7 @@ def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, how: str) -
     async def ask(guard: Guard) -> str | None:
         return (await guard.achat(USER, user=INSIDE)).route
 
+    served: str | None
     with _guard(current, candidate) as guard:
         if how == "stream":
             chunks = list(guard.chat(USER, user=INSIDE, stream=True))

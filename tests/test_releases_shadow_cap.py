@@ -58,7 +58,7 @@ def _shadowed(
     guard = Guard(release=plan, environ={}, prices=TABLE, telemetry=False)
     try:
         for _ in range(2):
-            guard.chat(messages, **chat)  # type: ignore[arg-type]
+            guard.chat(messages, **chat)
         shadow = guard.releases.shadow  # type: ignore[union-attr]
         assert shadow is not None
         assert shadow.drain(30.0)
