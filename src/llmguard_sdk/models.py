@@ -408,6 +408,8 @@ def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:
     """
     if isinstance(data, ChatRequest):
         return data
+    if type(data) is dict and (quick := quick_request(data)) is not None:
+        return quick  # (the common shape, checked without pydantic: the same request)
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as exc:
@@ -524,3 +526,6 @@ class StreamChunk(BaseModel):
     id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
+
+
+from ._quick_request import quick_request  # noqa: E402  (it builds this module's models)
