@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from llmguard_sdk import ChatRequest, Message, RequestValidationError
+from llmguard_sdk._core.calls import _fields
 from llmguard_sdk._quick_request import quick_request
 from llmguard_sdk.models import validate_request
 
@@ -238,3 +239,19 @@ def test_bad_common_shapes_are_left_to_pydantic() -> None:
     ]
     for data in edges:
         assert quick_request(data) is None, data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ROLES[:4]), contents, maybe_texts, st.one_of(st.none(), st.booleans()))
+def test_a_message_object_is_read_as_its_dump(
+    role: str, content: Any, name: Any, is_error: bool | None
+) -> None:
+    """``Guard.chat``'s Message objects: their fields as ``model_dump(exclude_none=True)``
+    gives them (a Message of strings read directly)."""
+    try:
+        message = Message(role=role, content=content, name=name)
+    except ValidationError:
+        return
+    made = Message.model_construct(role="tool", content="x", tool_call_id="1", is_error=is_error)
+    for each in (message, made):
+        assert shape(_fields(each)) == shape(each.model_dump(exclude_none=True))

@@ -134,7 +134,8 @@ def preparing(
     """Validate the request, run input guardrails, choose the call's routes (a release's,
     a group's ranking, its tier's) and check its size as its first route counts; start the
     clock (or take ``started_at``, its ``time.monotonic()`` and ``time.time_ns()`` start).
-    A plan (see :mod:`.filters`): it yields the waits of async input filters."""
+    A plan (see :mod:`.filters`): it yields the waits of async input filters. A ``dict``
+    request is the call's own (it is given the idempotency key in place)."""
     started, started_ns = started_at or (time.monotonic(), time.time_ns())
     if not stages.routes:
         raise ConfigurationError(
@@ -266,7 +267,8 @@ def _checking(
     """The request validated, through the input filters, with the call's idempotency key."""
     keyed = False
     if not isinstance(request, ChatRequest):
-        request = dict(request)
+        if type(request) is not dict:  # (a dict is the call's own: call_context's)
+            request = dict(request)
         keyed = _keyed(request, stages.retry)
     checked = validated = validate_request(request)
     if stages.input_filters:
@@ -489,7 +491,7 @@ def _with_idempotency_key(request: ChatRequest, policy: RetryPolicy | None) -> C
     if any(name.lower() == header.lower() for name in headers):
         return request
     key = new_idempotency_key()
-    return request.model_copy(update={"extra_headers": {**headers, header: key}})
+    return updated(request, {"extra_headers": {**headers, header: key}})
 
 
 def _keyed(data: dict[str, Any], policy: RetryPolicy | None) -> bool:
