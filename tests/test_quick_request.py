@@ -59,7 +59,8 @@ message_dicts = st.fixed_dictionaries(
         "content": contents,
         "name": maybe_texts,
         "tool_call_id": maybe_texts,
-        "tool_calls": st.just([{"id": "c1", "type": "function"}]),
+        "tool_calls": st.sampled_from(([{"id": "c1", "type": "function"}], None, [])),
+        "thinking": st.sampled_from(([{"type": "thinking"}], None)),
         "refusal": st.one_of(st.none(), st.just("no")),
         "is_error": st.one_of(st.none(), st.booleans()),
         "colour": st.just("red"),
@@ -125,7 +126,12 @@ requests = st.fixed_dictionaries(
 good_messages = st.one_of(
     st.fixed_dictionaries(
         {"role": st.sampled_from(ROLES[:4]), "content": st.text(max_size=4)},
-        optional={"name": st.one_of(st.none(), st.text(max_size=2))},
+        optional={
+            "name": st.one_of(st.none(), st.text(max_size=2)),
+            "tool_calls": st.none(),
+            "is_error": st.none(),
+            "thinking": st.none(),
+        },
     ),
     st.fixed_dictionaries(
         {"role": st.just("tool"), "content": st.text(max_size=2)},
@@ -147,6 +153,11 @@ good_requests = st.fixed_dictionaries(
         "extra_headers": st.one_of(
             st.dictionaries(header_names, st.text(max_size=3), max_size=2), st.none()
         ),
+        "tools": st.none(),
+        "tool_choice": st.sampled_from((None, "auto")),
+        "response_format": st.none(),
+        "extra_body": st.sampled_from((None, {})),
+        "extra_query": st.none(),
     },
 )
 
@@ -188,7 +199,8 @@ def test_validate_request_answers_as_pydantic_does(data: dict[str, Any]) -> None
 
 def test_the_common_shapes_are_quick() -> None:
     """Plain messages and numbers (an int temperature, None values, a name, a tool's answer,
-    Message objects, the idempotency key's header) take the quick path."""
+    Message objects, the idempotency key's header, a request's own fields) take the quick
+    path."""
     validate_request({"messages": [{"role": "user", "content": "x"}], "extra_headers": {"Id": "1"}})
     common: list[dict[str, Any]] = [
         {"messages": [{"role": "user", "content": ""}]},
@@ -210,6 +222,9 @@ def test_the_common_shapes_are_quick() -> None:
             "extra_headers": {"Id": "key"},
         },
     ]
+    validated = ChatRequest.model_validate(common[1])
+    common.append(dict(validated))  # (an input filter's request: every field, Messages)
+    common.append({"messages": [{"role": "assistant", "content": "x", "tool_calls": None}]})
     for data in common:
         quick = quick_request(data)
         assert quick is not None

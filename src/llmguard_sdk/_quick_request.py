@@ -29,9 +29,11 @@ _set_private = _SLOTS["__pydantic_private__"].__set__
 _SLOW: Any = object()  # a value left to pydantic
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
 _MORE_KEYS = ("name", "tool_call_id")
-_MESSAGE_KEYS = frozenset((*_MORE_KEYS, "role", "content"))
+_NONE_KEYS = ("tool_calls", "is_error", "thinking")
+_MESSAGE_KEYS = frozenset((*_MORE_KEYS, *_NONE_KEYS, "role", "content"))
 _MESSAGE_DEFAULTS = {name: None for name in Message.model_fields}
 _REQUEST_DEFAULTS = {name: None for name in ChatRequest.model_fields}
+_OTHERS = ("tools", "tool_choice", "response_format", "extra_body", "extra_query")
 
 
 def _made(cls: type[_Model], defaults: dict[str, Any], values: dict[str, Any]) -> _Model:
@@ -45,13 +47,14 @@ def _made(cls: type[_Model], defaults: dict[str, Any], values: dict[str, Any]) -
 
 
 def _message(item: object) -> Message | None:
-    """A message of role and ``str`` content (a name, a tool message's id), else None."""
+    """A message of role and ``str`` content (a name, a tool message's id; None for its
+    other fields), else None."""
     if type(item) is not dict:
         return item if type(item) is Message else None  # (pydantic keeps a Message as it is)
     role, content = item.get("role"), item.get("content")
     if type(role) is not str or role not in _ROLES or type(content) is not str:
         return None
-    fields = {"role": role, "content": content}  # (the names as the fields spell them)
+    fields: dict[str, Any] = {"role": role, "content": content}  # (the fields' names)
     if len(item) > 2:  # a name, a tool message's id; nothing else
         if not _MESSAGE_KEYS.issuperset(item):
             return None
@@ -60,6 +63,11 @@ def _message(item: object) -> Message | None:
                 value = fields[key] = item[key]
                 if not (value is None or type(value) is str):
                     return None
+        for key in _NONE_KEYS:  # (given None: None, as pydantic takes it)
+            if key in item:
+                if item[key] is not None:
+                    return None
+                fields[key] = None
     if role == "tool" and not fields.get("tool_call_id"):
         return None
     return _made(Message, _MESSAGE_DEFAULTS, fields)
@@ -124,6 +132,10 @@ def _headers(value: object) -> Any:
     return dict(value)
 
 
+def _left_to_pydantic(value: object) -> Any:
+    return _SLOW  # (a field given None is None: this is the check of any other value)
+
+
 _CHECKS: dict[str, tuple[str, Callable[[object], Any]]] = {
     name: (name, check)  # (the name as the field spells it: a key may be a str subclass)
     for name, check in (
@@ -137,6 +149,7 @@ _CHECKS: dict[str, tuple[str, Callable[[object], Any]]] = {
         ("stop", _stop),
         ("metadata", _strings),
         ("extra_headers", _headers),
+        *((name, _left_to_pydantic) for name in _OTHERS),
     )
 }
 
