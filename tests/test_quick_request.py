@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -228,6 +229,8 @@ def test_the_common_shapes_are_quick() -> None:
     for data in common:
         quick = quick_request(data)
         assert quick is not None
+        with pytest.raises(ValidationError):  # frozen, as pydantic's
+            quick.model = "other"  # type: ignore[misc]
         assert shape(quick) == shape(ChatRequest.model_validate(data))
 
 
