@@ -31,8 +31,9 @@ _ROLES = frozenset(("system", "developer", "user", "assistant", "tool"))
 _MORE_KEYS = ("name", "tool_call_id")
 _NONE_KEYS = ("tool_calls", "is_error", "thinking")
 _MESSAGE_KEYS = frozenset((*_MORE_KEYS, *_NONE_KEYS, "role", "content"))
-_MESSAGE_DEFAULTS = {name: None for name in Message.model_fields}
-_REQUEST_DEFAULTS = {name: None for name in ChatRequest.model_fields}
+# (the fields' defaults in their order; those given overwrite them, messages always)
+_MESSAGE_DEFAULTS = {name: field.default for name, field in Message.model_fields.items()}
+_REQUEST_DEFAULTS = {name: field.default for name, field in ChatRequest.model_fields.items()}
 _OTHERS = ("tools", "tool_choice", "response_format", "extra_body", "extra_query")
 
 
