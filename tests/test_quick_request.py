@@ -44,7 +44,7 @@ def shape(value: Any) -> Any:
 ROLES = ("system", "developer", "user", "assistant", "tool")
 texts = st.one_of(st.text(max_size=4), st.just(""), st.builds(Text, st.text(max_size=3)))
 maybe_texts = st.one_of(texts, st.none(), st.integers(-1, 1), st.just(b"x"))
-contents = st.one_of(
+contents: st.SearchStrategy[Any] = st.one_of(
     maybe_texts,
     st.just([{"type": "text", "text": "hi"}]),
     st.just([{"type": "text"}]),
@@ -230,7 +230,7 @@ def test_the_common_shapes_are_quick() -> None:
         quick = quick_request(data)
         assert quick is not None
         with pytest.raises(ValidationError):  # frozen, as pydantic's
-            quick.model = "other"  # type: ignore[misc]
+            quick.model = "other"
         assert shape(quick) == shape(ChatRequest.model_validate(data))
 
 
@@ -267,7 +267,7 @@ def test_a_message_object_is_read_as_its_dump(
     """``Guard.chat``'s Message objects: their fields as ``model_dump(exclude_none=True)``
     gives them (a Message of strings read directly)."""
     try:
-        message = Message(role=role, content=content, name=name)
+        message = Message(role=role, content=content, name=name)  # type: ignore[arg-type]
     except ValidationError:
         return
     made = Message.model_construct(role="tool", content="x", tool_call_id="1", is_error=is_error)
