@@ -8,12 +8,16 @@ model's price is three times the control's; ``healthy``: as the control), two wo
 each send steady traffic (``--threads`` threads, users drawn at random, so each user is sticky
 to one arm) through a Guard with
 ``ReleasePlan(current, candidate=..., canary=CanaryPolicy(stages=..., min_calls=...))`` and one
-Redis store (its own key prefix, deleted afterwards). Each worker counts the calls the candidate
-served before the worker saw the canary's decision, and the bad ones among them (errors for
-``errors`` and ``healthy``; every candidate call for ``slow`` and ``costly``, which are all slow
-or dear). Reported per candidate: ``decision`` (``rolled_back``, ``promoted`` or ``undecided``
-at the time limit), ``candidate_calls``, ``bad_calls``, ``decide_s`` (from the start of traffic
-until the first worker saw the decision).
+Redis store (its own key prefix, deleted afterwards). Each worker counts the calls the canary
+sent to the candidate before the worker saw the canary's decision, and among them those the
+candidate failed (its route's error: the canary counts each as a candidate error, though the
+plan's ``fallback_to_current`` has the current release answer it) and the errors the users got
+(the current release failed them too). Reported per candidate: ``decision`` (``rolled_back``,
+``promoted`` or ``undecided`` at the time limit), ``candidate_calls``,
+``candidate_failed_calls``, ``user_errors``, ``bad_calls`` (what the candidate did badly: its
+failed calls for ``errors`` and ``healthy``; every candidate call for ``slow`` and ``costly``,
+which are all slow or dear), ``decide_s`` (from the start of traffic until the first worker saw
+the decision).
 
 ``false_rollbacks`` out of ``runs``: the healthy candidate canaried ``--runs`` times (seeded) by
 a fast in-memory simulation of two processes exchanging counters through the same backend code
@@ -96,11 +100,13 @@ def plan_for(control_url: str, candidate_url: str, policy: CanaryPolicy) -> Rele
 def worker(config: dict[str, Any], go: Any, out: Any) -> None:
     """Steady traffic through one Guard until the canary is decided (or time runs out)."""
     policy = CanaryPolicy(**config["policy"])
-    events: list[tuple[float, bool, bool]] = []  # (time, candidate call, failed)
+    events: list[tuple[float, bool, bool, bool]] = []  # (time, candidate call, the user's
+    # error, the candidate's failure: the current release may have served it after)
 
     def hook(event: CallEvent) -> None:
-        cand = event.route == "cand" or any(name == "cand" for name, _ in event.route_errors)
-        events.append((time.time(), cand, event.outcome == "error"))
+        cand_failed = any(name == "cand" for name, _ in event.route_errors)
+        cand = event.route == "cand" or cand_failed
+        events.append((time.time(), cand, event.outcome == "error", cand_failed))
 
     guard = Guard(
         release=plan_for(config["control_url"], config["candidate_url"], policy),
@@ -152,7 +158,8 @@ def worker(config: dict[str, Any], go: Any, out: Any) -> None:
             "decide_s": None if seen_at is None else seen_at - start,
             "calls": len(before),
             "candidate_calls": sum(1 for e in before if e[1]),
-            "failed_candidate_calls": sum(1 for e in before if e[1] and e[2]),
+            "failed_candidate_calls": sum(1 for e in before if e[1] and e[3]),
+            "user_errors": sum(1 for e in before if e[1] and e[2]),
         }
     )
 
@@ -210,16 +217,14 @@ def run_candidate(
             store.close()
     decisions = {r["decision"] for r in reports}
     candidate_calls = sum(r["candidate_calls"] for r in reports)
-    bad = (
-        candidate_calls
-        if scenario in ("slow", "costly")
-        else sum(r["failed_candidate_calls"] for r in reports)
-    )
+    failed = sum(r["failed_candidate_calls"] for r in reports)
     times = [r["decide_s"] for r in reports if r["decide_s"] is not None]
     return {
         "decision": decisions.pop() if len(decisions) == 1 else "disagreed",
         "candidate_calls": candidate_calls,
-        "bad_calls": bad,
+        "bad_calls": candidate_calls if scenario in ("slow", "costly") else failed,
+        "candidate_failed_calls": failed,
+        "user_errors": sum(r["user_errors"] for r in reports),
         "decide_s": round(min(times), 3) if times else None,
         "calls": sum(r["calls"] for r in reports),
     }
@@ -369,6 +374,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 candidates[s]["bad_calls"] < 50 for s in ("errors", "slow", "costly")
             ),
             "healthy_promoted": candidates["healthy"]["decision"] == "promoted",
+            "no_user_errors": all(found["user_errors"] == 0 for found in candidates.values()),
         },
     }
     result["targets"]["no_false_rollback"] = result["false_rollbacks"] == 0

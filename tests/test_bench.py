@@ -483,6 +483,11 @@ def test_canary_drill_rolls_back_bad_candidates_and_measures_the_shadow() -> Non
     for name, found in candidates.items():
         for key in ("decision", "candidate_calls", "bad_calls", "decide_s"):
             assert key in found, (name, key)
+        # what users saw beside what the candidate did: a user's error on a canary call is one
+        # the candidate failed first (the current release then failed it too)
+        assert 0 <= found["user_errors"] <= found["candidate_failed_calls"], name
+    # the canary counted the failing candidate's errors though its users were answered
+    assert candidates["errors"]["candidate_failed_calls"] > 0
     # decisions, not timings: the bad candidates are rolled back, the healthy one is not
     for name in ("errors", "slow", "costly"):
         assert candidates[name]["decision"] == "rolled_back", name
