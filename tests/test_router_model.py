@@ -239,3 +239,33 @@ def test_without_groups_a_name_no_route_serves_is_served_by_the_routes_own_model
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text("utf-8").split())
     assert "on a Guard with deployment groups whose routes all have their own" in readme
     assert "A Guard without groups refuses no name" in readme
+
+
+def test_a_route_without_a_model_before_a_group_serves_the_groups_model_first(
+    fakes: Fakes,
+) -> None:
+    """A route with no model of its own serves every model asked: ``model="big-model"`` with
+    such a route before the "big" group is served by it, not by the group (the group, later in
+    the chain, is its fallback). The selection had skipped the route: its call went to the
+    group and the route was never tried."""
+    generic = OpenAICompatibleProvider(fakes["backup"].base_url, name="generic")
+    big = DeploymentGroup("big", _routes(fakes, "big-0", "big-1"))
+    with Guard([generic, big], environ={}, retry=None) as guard:
+        assert guard.chat(USER, model="big-model").route == "generic"
+        fakes["backup"].always(Fault(status=503))
+        assert guard.chat(USER, model="big-model").route.startswith("big-")
+    assert fakes["backup"].requests[0].body["model"] == "big-model"
+
+
+def test_a_groups_deployment_without_a_model_selects_its_group_for_any_model(
+    fakes: Fakes,
+) -> None:
+    """A model no route before it names starts at the group whose deployment has no model of
+    its own (that deployment serves every model asked), not at the chain's start."""
+    small = DeploymentGroup("small", _routes(fakes, "small-0", "small-1"))
+    anything = DeploymentGroup(
+        "anything", [OpenAICompatibleProvider(fakes["big-0"].base_url, name="open")]
+    )
+    with Guard([small, anything], environ={}, retry=None) as guard:
+        assert guard.chat(USER, model="llama-3").route == "open"
+        assert guard.chat(USER, model="small-model").route.startswith("small-")

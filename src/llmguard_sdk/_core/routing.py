@@ -52,13 +52,19 @@ class Routing:
         # the groups by their own names: what a call's model= selects
         self.groups = {e.name: e for e in self.entries if isinstance(e, DeploymentGroup)}
         # each model a route serves: the group of the chain's first route serving it (None:
-        # a route outside groups serves it first, and the chain starts where it starts)
+        # a route outside groups serves it first, and the chain starts where it starts). A
+        # route without a model of its own serves every model asked: the models no route
+        # before it named start where it is (``_serving_rest``)
         self._serving: dict[str, str | None] = {}
+        self._serving_rest: str | None = None
         for entry in self.entries:
-            grouped = isinstance(entry, DeploymentGroup)
-            for route in entry.deployments if isinstance(entry, DeploymentGroup) else (entry,):
-                if route.model:
-                    self._serving.setdefault(route.model, entry.name if grouped else None)
+            group = entry.name if isinstance(entry, DeploymentGroup) else None
+            routes = entry.deployments if isinstance(entry, DeploymentGroup) else (entry,)
+            if not all(route.model for route in routes):
+                self._serving_rest = group
+                break
+            for route in routes:
+                self._serving.setdefault(route.model or "", group)
         self._groups = {
             deployment.name: entry
             for entry in entries
@@ -116,11 +122,11 @@ class Routing:
 
     def selected(self, model: str | None) -> str | None:
         """The group a call's ``model=`` starts it at: the group of that name, else the group
-        of the chain's first route whose own model it is (a route outside groups, or no
-        route: ``None``, the chain from its start)."""
+        of the chain's first route that serves it: whose own model it is, or that has none
+        (a route outside groups, or no route: ``None``, the chain from its start)."""
         if model is None or model in self.groups:
             return model
-        return self._serving.get(model)
+        return self._serving.get(model, self._serving_rest)
 
     def check_model(self, model: str | None, routes: Sequence[Provider]) -> None:
         """Refuse a call's ``model=`` that names none of the groups and that every route of
