@@ -4,12 +4,14 @@ scope, and every bad option or header is still refused, and reported, however of
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import pytest
 
 from llmguard_sdk import CallEvent, Guard, RequestValidationError, scoped
 from llmguard_sdk._core.refusals import Refusal
+from llmguard_sdk._core.stages import resolve_scope
 from llmguard_sdk.context import Scope
 from llmguard_sdk.testing import FakeProvider
 
@@ -102,3 +104,20 @@ def test_a_refusal_is_one_small_object(make_guard: Any, fake: FakeProvider) -> N
     assert not hasattr(refusal, "__dict__")
     with refusal as entered:
         assert entered is refusal
+
+
+def test_a_remembered_scope_never_hands_a_call_another_calls_kind_of_id() -> None:
+    """An enum tenant (a ``str`` subclass, equal to its value) was remembered, and the next
+    call naming the plain string got the enum back: its labels read ``Tenant.ACME``."""
+
+    class Tenant(str, enum.Enum):
+        ACME = "acme"
+
+    assert resolve_scope(Tenant.ACME, None, None).tenant is Tenant.ACME
+    plain = resolve_scope("acme", None, None).tenant
+    assert type(plain) is str
+    assert f"{plain}" == "acme"
+    with scoped(tenant=Tenant.ACME):
+        resolve_scope(None, "f", None)
+    with scoped(tenant="acme"):
+        assert type(resolve_scope(None, "f", None).tenant) is str

@@ -251,6 +251,8 @@ def test_bad_common_shapes_are_left_to_pydantic() -> None:
         {"messages": plain, "temperature": True},
         {"messages": plain, "temperature": 2.5},
         {"messages": plain, "model": ""},
+        {"messages": plain, "model": "\ud800"},  # (pydantic refuses a lone surrogate here)
+        {"messages": plain, "model": "gpt-4o\ud800"},
         {"messages": plain, "stop": ["a"] * 5},
         {"messages": plain, "extra_headers": {"Content-Length": "1"}},
         {"messages": plain, "tools": []},
@@ -273,3 +275,13 @@ def test_a_message_object_is_read_as_its_dump(
     made = Message.model_construct(role="tool", content="x", tool_call_id="1", is_error=is_error)
     for each in (message, made):
         assert shape(_fields(each)) == shape(each.model_dump(exclude_none=True))
+
+
+def test_a_model_pydantic_refuses_is_refused_whatever_came_before() -> None:
+    """A lone surrogate's model name was taken by the quick path once an earlier call had
+    opened it (a provider's 400 after a round trip), refused by pydantic before: refused
+    alike now, before anything is sent."""
+    plain = [{"role": "user", "content": "hi"}]
+    assert quick_request({"messages": plain, "model": "gpt-4o"}) is not None
+    with pytest.raises(RequestValidationError):
+        validate_request({"messages": plain, "model": "\ud800"})

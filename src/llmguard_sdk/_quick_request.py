@@ -100,7 +100,8 @@ def _number(most: float) -> Callable[[object], Any]:
 
 
 def _model(value: object) -> Any:
-    return value if type(value) is str and value else _SLOW
+    # (ASCII alone: pydantic refuses a lone surrogate's string for this field's min_length)
+    return value if type(value) is str and value and value.isascii() else _SLOW
 
 
 def _seed(value: object) -> Any:

@@ -290,11 +290,13 @@ def resolve_scope(tenant: str | None, feature: str | None, user: str | None) -> 
     global _last_scope
     asked = (current_scope(), tenant, feature, user)
     last = _last_scope
-    if last[0] == asked:  # (ids that equal the checked ones: strings or None)
+    if last[0] == asked:  # (ids equal to the remembered ones: exact strings or None)
         return last[1]
     scope = asked[0].merged(tenant, feature, user)
     check_scope(scope)
-    _last_scope = (asked, scope)
+    ids = (scope.tenant, scope.feature, scope.user)
+    if all(type(i) is str or i is None for i in ids):  # (a str subclass, an enum say, equals
+        _last_scope = (asked, scope)  # its value: another call's ids would come back)
     return scope
 
 

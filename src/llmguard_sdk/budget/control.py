@@ -265,8 +265,11 @@ class SpendControl:
         tier = tier or asked_tier(ctx)
         stretch = self.prices.stretch(ctx.started_ns)
         key = (route, model, answered, tier, stretch)
-        if stretch is not None and key in self._priced:
-            return self._priced[key]
+        if stretch is not None:
+            try:  # (one read: another thread may clear the memo between a test and a read)
+                return self._priced[key]
+            except KeyError:
+                pass
         found = response_price(
             self.prices, model, provider=route, answered=answered, tier=tier, at=started_at(ctx)
         )

@@ -223,8 +223,10 @@ class PriceTable(PriceLayers):
         day, micros = moment(at)
         windows = self._windows if self._windows is not None else self._read_windows()
         key = (provider, model, day, bisect.bisect_right(windows, micros), tier)
-        if key in self._cache:  # as asked, per day and stretch between window edges
-            return self._cache[key]
+        try:  # as asked, per day and stretch between window edges (one read: another
+            return self._cache[key]  # thread may clear the memo between a test and a read)
+        except KeyError:
+            pass
         wanted = normal_tier(tier)
         found = self._find(
             model.lower(), provider.lower() if provider else None, instant(day, micros), wanted
