@@ -1,9 +1,18 @@
 """The dynamic tail of a :class:`~llmguard_sdk.prompts.PromptBuilder`'s prompt: the history
-checked, the per-call context rendered (equal contexts, equal bytes) and the user's message."""
+checked, the per-call context rendered (equal contexts, equal bytes) and the user's message.
+
+The context goes in a ``<context>`` block. Nothing in it may close that block early (a
+retrieved document ending in ``</context>`` and going on with orders of its own) or open
+another: the ``<`` of anything that reads as the block's tag (``<`` then at most
+:data:`_TAG_GAP` spaces or slashes, then ``context`` in any case, then no letter, digit or
+``_``) is written ``&lt;``. That is a function of the text alone, so equal contexts still
+render equal bytes, and a context without such a tag renders as it did.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +26,9 @@ from ..models import Message
 __all__ = ["history_messages", "user_message"]
 
 _DEEPEST = 100  # levels of a context value's nesting (a deeper one is refused)
+_TAG_GAP = 32  # spaces or slashes between a tag's "<" and its name that still read as a tag
+# (bounded: each match is at most 40 characters long, so a value is read in linear time)
+_TAG = re.compile(rf"<(?=[\s/]{{0,{_TAG_GAP}}}context(?!\w))", re.IGNORECASE)
 
 
 def history_messages(history: object) -> list[Message]:
@@ -121,7 +133,7 @@ def _with_context(
         rendered = context
     else:
         raise RequestValidationError("context must be a string or a mapping")
-    lead = f"<context>\n{rendered}\n</context>\n\n"
+    lead = f"<context>\n{_TAG.sub('&lt;', rendered)}\n</context>\n\n"
     if isinstance(parts, str):
         return lead + parts
     return [{"type": "text", "text": lead}, *parts]

@@ -397,8 +397,10 @@ class PromptBuilder:
             history: earlier turns, oldest first (messages or dicts).
             context: per-call data (the current time, the user's plan ...): a string, or a
                 mapping rendered as sorted ``key: value`` lines (a value that is a mapping,
-                list or set as canonical JSON); it goes into the last user message, before
-                ``content``, never into the static part. An empty one adds nothing.
+                list or set as canonical JSON); it goes into the last user message, in a
+                ``<context>`` block before ``content``, never into the static part. An empty
+                one adds nothing. A ``<context>`` or ``</context>`` tag inside it (any case,
+                spaces after the ``<``) cannot end the block: its ``<`` is written ``&lt;``.
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
