@@ -36,6 +36,7 @@ from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..errors._base import lint_remedy
 from ..models import ChatRequest, Message
+from ..tokens import count_text_tokens
 from ._tail import history_messages, user_message
 from .adapters import (
     CACHE_HISTORY_KEY,
@@ -54,6 +55,9 @@ logger = logging.getLogger("llmguard_sdk")
 
 _LINT_MEMORY = 64  # prefixes whose lint results a builder remembers
 _LEAK_MEMORY = 1024  # (prefix, per-call values found in it) already logged
+# the least prefix OpenAI caches, and most Claude models (Anthropic's docs: 1,024 tokens for
+# Sonnet 4.x and Opus 4.1, 2,048 for Haiku 3 and 3.5, 4,096 for Haiku 4.5 and Opus 4.5+)
+MIN_CACHE_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,11 @@ class _Static:
         object.__setattr__(self, "sections", sections)
         object.__setattr__(self, "text", text)
         object.__setattr__(self, "prefix_hash", digest)
+
+    def tokens(self) -> int:
+        """About how many tokens the static part is: its text and its tools."""
+        tools = canonical_json(list(self.tools)) if self.tools else ""
+        return count_text_tokens(self.text + tools).tokens
 
     @property
     def lint_sections(self) -> dict[str, str]:
@@ -253,6 +262,11 @@ class PromptBuilder:
             tracking off.
         examples_heading / documents_heading: the line that opens the examples' and the
             documents' section of the system message.
+        min_cache_tokens: the least prefix the template's provider caches (default 1,024:
+            OpenAI's and most Claude models'; 4,096 for Claude Haiku 4.5 and Opus 4.5+). A
+            static part shorter than that (:attr:`static_tokens`) is never read from a prefix
+            cache: the first build of each such static part logs a warning (never an error,
+            strict or not). ``None`` turns the check off.
 
     The setters (:meth:`set_instructions` ...) return the builder, so they chain. Building is
     thread-safe; configure the builder before sharing it.
@@ -271,10 +285,11 @@ class PromptBuilder:
         drift: DriftMonitor | None = default_drift_monitor,
         examples_heading: str = "## Examples",
         documents_heading: str = "## Reference documents",
+        min_cache_tokens: int | None = MIN_CACHE_TOKENS,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("a prompt template needs a non-empty name")
-        _check_settings(strict, drift, examples_heading, documents_heading)
+        _check_settings(strict, drift, min_cache_tokens, examples_heading, documents_heading)
         if not isinstance(lint_ignore, str):
             lint_ignore = _listed(lint_ignore, "lint_ignore")
         self.name = name
@@ -282,8 +297,10 @@ class PromptBuilder:
         self.lint_ignore = frozenset([lint_ignore] if isinstance(lint_ignore, str) else lint_ignore)
         lint_text("", ignore=self.lint_ignore)  # unknown rule names fail here
         self.drift = drift
+        self.min_cache_tokens = min_cache_tokens
         self._lock = threading.Lock()
         self._linted: dict[str, list[LintWarning]] = {}
+        self._measured: dict[str, None] = {}  # static prefixes whose length was checked
         self._leaks_logged: dict[tuple[str, ...], None] = {}  # (prefix, values) logged
         self._static = _Static(
             examples_heading=examples_heading, documents_heading=documents_heading
@@ -364,6 +381,13 @@ class PromptBuilder:
         """A hash of the static part (text and tools): equal hashes, equal prefixes."""
         return self._static.prefix_hash
 
+    @property
+    def static_tokens(self) -> int:
+        """About how many tokens the static part is (its text and tools), as
+        :func:`~llmguard_sdk.tokens.count_text_tokens` counts them: an estimate, since each
+        provider has a tokenizer of its own."""
+        return self._static.tokens()
+
     def lint(self, known_values: Iterable[str] = ()) -> list[LintWarning]:
         """What the linter finds in the static part, section by section.
 
@@ -418,6 +442,7 @@ class PromptBuilder:
             if value is not None and not isinstance(value, str):
                 raise RequestValidationError(f"{name} must be a string, not {value!r:.40}")
         self._check_lint(static, [v for v in (tenant, user) if v])
+        self._check_length(static)
         if self.drift is not None:
             self.drift.observe(self.name, static.prefix_hash, static.text, static.sections)
         messages: list[Message] = []
@@ -448,6 +473,28 @@ class PromptBuilder:
             while len(self._leaks_logged) > _LEAK_MEMORY:
                 del self._leaks_logged[next(iter(self._leaks_logged))]
         return True
+
+    def _check_length(self, static: _Static) -> None:
+        """Log, once per static part, one too short for any provider to cache."""
+        least = self.min_cache_tokens
+        if least is None or not (static.text or static.tools):
+            return
+        with self._lock:
+            if static.prefix_hash in self._measured:
+                return
+            self._measured[static.prefix_hash] = None
+            while len(self._measured) > _LINT_MEMORY:
+                del self._measured[next(iter(self._measured))]
+        tokens = static.tokens()
+        if tokens < least:
+            logger.warning(
+                "prompt template %r: its static part is about %d tokens, under the %d a "
+                "provider caches at the least (min_cache_tokens): no call reads it from a "
+                "prefix cache; lengthen it (examples, documents) or pass min_cache_tokens=None",
+                self.name,
+                tokens,
+                least,
+            )
 
     def _check_lint(self, static: _Static, per_call: list[str]) -> None:
         with self._lock:
@@ -485,11 +532,13 @@ class PromptBuilder:
             )
 
 
-def _check_settings(strict: object, drift: object, *headings: object) -> None:
+def _check_settings(strict: object, drift: object, least: object, *headings: object) -> None:
     """A :class:`ConfigurationError` for a builder setting of the wrong kind (``strict="no"``
     was true; a ``drift`` that is no monitor failed every build)."""
     if not isinstance(strict, bool):
         raise ConfigurationError(f"strict must be True or False, not {strict!r:.80}")
+    if least is not None and (type(least) is not int or least < 1):
+        raise ConfigurationError(f"min_cache_tokens must be an int >= 1 or None, not {least!r:.40}")
     if drift is not None and not isinstance(drift, DriftMonitor):
         raise ConfigurationError(f"drift must be a DriftMonitor or None, not {drift!r:.80}")
     if not all(isinstance(h, str) for h in headings):
