@@ -114,6 +114,7 @@ _ID_SEGMENT = re.compile(
     r"|(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"
 )
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_LONGEST_NAME = 64  # characters of a model's name before its date (gpt-4o-mini: 11)
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
 )
@@ -140,14 +141,18 @@ _WHITESPACE = [
 def _timestamps(text: str, section: str) -> Iterator[LintWarning]:
     # found already: an ISO timestamp's time and offset are no second finding, a verse's
     # chapter:verse none at all
-    taken = [m.span() for m in _VERSE.finditer(text)]
+    # (marked character by character: a list of spans was read again for each match)
+    taken = bytearray(len(text))
+    for match in _VERSE.finditer(text):
+        taken[match.start() : match.end()] = b"\x01" * (match.end() - match.start())
     for pattern, what in _TIMESTAMPS:
         for match in pattern.finditer(text):
-            if any(s <= match.start() and match.end() <= e for s, e in taken):
+            start, end = match.span()
+            if taken.find(0, start, end) < 0:  # (inside what was found)
                 continue
-            if pattern is _TIMESTAMPS[0][0] and _model_date(text, match.start(), match.end()):
+            if pattern is _TIMESTAMPS[0][0] and _model_date(text, start, end):
                 continue
-            taken.append(match.span())
+            taken[start:end] = b"\x01" * (end - start)
             yield _found("timestamp", f"{what} changes between calls", section, match)
 
 
@@ -168,6 +173,8 @@ def _model_date(text: str, start: int, end: int) -> bool:
     first = start - 1
     while first > 0 and text[first - 1] in _ID_CHARS:
         first -= 1
+        if start - first > _LONGEST_NAME:
+            return False  # (no model's name: read no further back)
     segments = re.split(r"[-_]", text[first : start - 1])
     return all(_ID_SEGMENT.fullmatch(s) for s in segments) and any(
         any(c.isdigit() for c in s) and any(c.isalpha() for c in s) for s in segments
