@@ -6,19 +6,26 @@ therefore hold nothing that changes from call to call, or from deploy to deploy.
 
 ``timestamp``
     Dates and times (``2025-03-01``, ``14:05``, ``March 3, 2025``, ``03/01/2025``, Unix
-    epochs, ``time.time()``'s among them): they change every day, or every second. An ISO
-    timestamp is one finding (not its time and offset again); a scripture reference's
-    chapter and verse (``John 3:16``, ``1 Cor. 13:4-7``) and a model id's snapshot date
-    (``gpt-4o-2024-08-06``) are none.
+    epochs, ``time.time()``'s among them), and dates without their year (``March 3``,
+    ``3 March``, ``the 21st of June``, ``Mon 12/05``): they change every day, or every
+    second. An ISO timestamp is one finding (not its time and offset again); a scripture
+    reference's chapter and verse (``John 3:16``, ``1 Cor. 13:4-7``), a model id's snapshot
+    date (``gpt-4o-2024-08-06``), a numbered label before a month's name (``Chapter 3 May
+    ...``) and a bare fraction or score (``12/20``) are none.
 ``random-id``
     UUIDs, long hex strings, and long tokens mixing letters and digits (request ids, nonces);
     not model ids (``claude-3-5-sonnet-20241022``: words, versions and a snapshot date).
 ``unsorted-json``
     A JSON object whose keys are not sorted: its key order depends on whoever serialised it.
 ``whitespace``
-    Trailing spaces, carriage returns, tabs, runs of blank lines, unusual Unicode spaces and
-    leading or trailing whitespace: invisible, and the first thing to drift between editors and
-    deploys.
+    Trailing spaces, carriage returns, tabs, runs of blank lines, unusual Unicode spaces, Unicode
+    line and paragraph separators (U+2028, U+2029, U+0085) and leading or trailing whitespace:
+    invisible, and the first thing to drift between editors and deploys.
+``unicode``
+    Text not in Unicode NFC form (``e`` and a combining accent where NFC has ``é``, the
+    angstrom sign where it has ``Å``, Hangul written as its letters): the same words as other
+    bytes, which an editor, a database or a pipeline that normalises text turns into the
+    NFC ones, and the prefix with them.
 ``per-user``
     Values that differ per user or tenant: e-mail addresses, phone numbers, ``user id: ...``
     style labels, and any of the ``known_values`` given (the call's tenant and user ids).
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -41,10 +49,17 @@ from ..errors import ConfigurationError
 
 __all__ = ["RULES", "LintRule", "LintWarning", "lint_text"]
 
-LintRule = Literal["timestamp", "random-id", "unsorted-json", "whitespace", "per-user"]
+LintRule = Literal["timestamp", "random-id", "unsorted-json", "whitespace", "unicode", "per-user"]
 """The names of the lint rules."""
 
-RULES: tuple[LintRule, ...] = ("timestamp", "random-id", "unsorted-json", "whitespace", "per-user")
+RULES: tuple[LintRule, ...] = (
+    "timestamp",
+    "random-id",
+    "unsorted-json",
+    "whitespace",
+    "unicode",
+    "per-user",
+)
 """Every rule, in the order findings are reported."""
 
 
@@ -69,6 +84,24 @@ _MONTHS = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
     r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
 )
+# dates without their year; every repeat bounded, so that a match spans a few dozen characters
+# at most and a text is read in linear time (tests/test_prompts_linear.py)
+_DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
+_GAP = "[ \u00a0]{1,3}"
+_MONTH_DAY = re.compile(rf"\b{_MONTHS}\.?,?{_GAP}(?:the{_GAP})?{_DAY}(?!\w|[.,:/]\d)")
+_DAY_MONTH = re.compile(rf"(?<![.,:/])\b{_DAY}{_GAP}(?:of{_GAP})?{_MONTHS}\b")
+_WEEKDAY_DATE = re.compile(
+    r"\b(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Mon|Tues?|Wed|Thu(?:rs?)?"
+    rf"|Fri|Sat|Sun)\.?,?{_GAP}(?:0?[1-9]|[12]\d|3[01])/(?:0?[1-9]|[12]\d|3[01])(?![\w/]|[.,]\d)"
+)
+# a numbered label's number is no day: "Chapter 3 May be skipped", "Section 2 March orders"
+_LABEL_BEFORE = re.compile(
+    r"\b(?:chapter|section|sect|step|part|item|rule|figure|fig|table|page|pp?|level|article|art"
+    r"|phase|version|v|room|no|number|grade|verse|act|scene|stage|round|unit|lesson|module"
+    rf"|question|q|exercise|appendix|clause|paragraph|para|line)\.?{_GAP}\Z",
+    re.IGNORECASE,
+)
+_YEARLESS = (_MONTH_DAY, _DAY_MONTH, _WEEKDAY_DATE)
 _TIMESTAMPS = [
     (
         re.compile(
@@ -88,6 +121,7 @@ _TIMESTAMPS = [
     (re.compile(rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+{_MONTHS}\.?,?\s+\d{{4}}\b"), "a date"),
     # seconds or milliseconds, with time.time()'s fraction (a version's dots are no epoch)
     (re.compile(r"(?<![\w.])1\d{9}(?:\d{3})?(?:\.\d+)?(?!\w|\.\d)"), "a Unix timestamp"),
+    *((pattern, "a date without its year") for pattern in _YEARLESS),
 ]
 # a scripture reference's chapter:verse is no time of day: "John 3:16", "1 Cor. 13:4-7"
 _BOOKS = (
@@ -129,19 +163,21 @@ _LABEL = re.compile(
     r"(?:id|name|number|no\.?)\s*[:=#]\s*[\w.@+-]+",
     re.IGNORECASE,
 )
+_SEPARATOR = re.compile("[\u2028\u2029\u0085]")
 _WHITESPACE = [
     (re.compile(r"(?<![ \t])[ \t]+(?=\r?\n|\Z)"), "trailing whitespace"),
     (re.compile(r"\r"), "a carriage return (CRLF line ends)"),
     (re.compile(r"\t"), "a tab"),
     (re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+"), "more than one blank line in a row"),
     (re.compile("[\u00a0\u2000-\u200b\u202f\u205f\u3000\ufeff]"), "an unusual Unicode space"),
+    (_SEPARATOR, "a Unicode line or paragraph separator (U+2028, U+2029, U+0085)"),
 ]
 
 
 def _timestamps(text: str, section: str) -> Iterator[LintWarning]:
-    # found already: an ISO timestamp's time and offset are no second finding, a verse's
-    # chapter:verse none at all
-    # (marked character by character: a list of spans was read again for each match)
+    # found already (marked character by character): an ISO timestamp's time and offset are
+    # no second finding, a verse's chapter:verse none at all, a dated text's words without
+    # their year none either
     taken = bytearray(len(text))
     for match in _VERSE.finditer(text):
         taken[match.start() : match.end()] = b"\x01" * (match.end() - match.start())
@@ -149,6 +185,11 @@ def _timestamps(text: str, section: str) -> Iterator[LintWarning]:
         for match in pattern.finditer(text):
             start, end = match.span()
             if taken.find(0, start, end) < 0:  # (inside what was found)
+                continue
+            if pattern in _YEARLESS and (
+                taken.find(1, start, end) >= 0
+                or (pattern is _DAY_MONTH and _LABEL_BEFORE.search(text, max(0, start - 16), start))
+            ):
                 continue
             if pattern is _TIMESTAMPS[0][0] and _model_date(text, start, end):
                 continue
@@ -264,6 +305,49 @@ def _whitespace(text: str, section: str) -> Iterator[LintWarning]:
             yield _found("whitespace", what, section, match)
 
 
+def _unicode(text: str, section: str) -> Iterator[LintWarning]:
+    """Each letter that NFC writes otherwise: a letter with the marks after it, or letters NFC
+    joins into one (Hangul's)."""
+    if unicodedata.is_normalized("NFC", text):
+        return
+    starts = [i for i, c in enumerate(text) if not i or not unicodedata.combining(c)]
+    letters = zip(starts, [*starts[1:], len(text)], strict=True)
+    first, last = next(letters)  # the letters read so far that NFC may join
+    for start, end in letters:
+        if _joined(text[first:last], text[start:end]):
+            last = end
+            continue
+        yield from _not_nfc(text, section, first, last)
+        first, last = start, end
+    yield from _not_nfc(text, section, first, last)
+
+
+_SHORT_RUN = 32  # a letter and its marks, at most, that NFC is asked to write (Unicode's
+# stream-safe text has 30 marks in a row at most; CPython sorts a long run in quadratic time)
+
+
+def _joined(before: str, letter: str) -> bool:
+    """Whether NFC joins ``letter`` to the letters ``before`` it (one that is no short run of
+    marks cannot be: a mark after a letter keeps the next letter from joining it)."""
+    if len(before) > _SHORT_RUN or len(letter) > _SHORT_RUN:
+        return False
+    written = unicodedata.normalize("NFC", before) + unicodedata.normalize("NFC", letter)
+    return not unicodedata.is_normalized("NFC", written)
+
+
+def _not_nfc(text: str, section: str, start: int, end: int) -> Iterator[LintWarning]:
+    if not unicodedata.is_normalized("NFC", text[start:end]):
+        yield LintWarning(
+            "unicode",
+            "text not in Unicode NFC form: the same words as other bytes, which normalising "
+            "changes",
+            section,
+            start,
+            end,
+            text[start:end],
+        )
+
+
 def _per_user(text: str, section: str, known_values: Iterable[str]) -> Iterator[LintWarning]:
     for pattern, what in (
         (_EMAIL, "an e-mail address"),
@@ -288,6 +372,7 @@ _CHECKS: dict[LintRule, Callable[[str, str], Iterator[LintWarning]]] = {
     "random-id": _random_ids,
     "unsorted-json": _unsorted_json,
     "whitespace": _whitespace,
+    "unicode": _unicode,
 }
 
 
