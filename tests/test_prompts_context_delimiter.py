@@ -75,7 +75,8 @@ def test_equal_contexts_still_render_equal_bytes() -> None:
         [{"type": "text", "text": "q"}], context={"doc": ATTACK}
     )
     lead = parts.messages[-1].content[0]  # type: ignore[index]
-    assert _tags(lead["text"]) == (1, 1)
+    assert isinstance(lead, dict)
+    assert _tags(str(lead["text"])) == (1, 1)
 
 
 @pytest.mark.parametrize(
