@@ -97,3 +97,33 @@ def test_no_sweep_runs_on_a_calls_path(
         assert tmp_path not in listed
     finally:
         store.close()
+
+
+def test_a_sweep_racing_close_leaves_the_journal_closed_and_the_orphan_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() lands between the sweep's check of the closed flag and its adoption: the
+    adoption's append used to reopen the closed journal (its file and lock held again, the
+    orphan's records moved into a journal nobody replays); it fails now, and the orphan
+    stays for another process."""
+    live = journal_module.SpendJournal(tmp_path, "race")
+    dead = _crash_with_records(tmp_path, "race")
+    adopt = journal_module.SpendJournal.adopt_orphans
+
+    def closed_first(journal: journal_module.SpendJournal, limit: int | None = None) -> int:
+        live.close()  # (the sweep has read the flag: not closed)
+        return adopt(journal, limit)
+
+    monkeypatch.setattr(journal_module.SpendJournal, "adopt_orphans", closed_first)
+    assert live.sweep() == 0
+    assert live._closed  # not reopened: no file (nor lock) held again
+    assert live._file is None
+    assert not live.path.exists()
+    assert dead.exists()
+    assert len(journal_module._read(dead)) == 2  # nothing lost
+    monkeypatch.undo()
+    heir = journal_module.SpendJournal(tmp_path, "race")
+    try:
+        assert heir.adopt_orphans() == 2  # another process's sweep adopts it whole
+    finally:
+        heir.close()

@@ -12,7 +12,9 @@ are appended to its own file, durably, before the dead file is removed. A proces
 healthy adopts them too: a daemon thread (one a process) sweeps the journal directory of
 every Redis budget set in use every ``_SWEEP_EVERY_S`` (30 s; at most ``_SWEEP_FILES`` dead
 files a sweep), so a crashed worker's spend reaches Redis within about that time and the
-next call of a live process; a call itself never lists the directory.
+next call of a live process; a call itself never lists the directory. A sweep that
+finds its journal closed (``close()`` ran meanwhile) adopts nothing: a dead file stays whole
+for another process.
 Then it replays its file a few records per call (see
 :class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`). The file's first line, a header of
 fixed width, says where the records not yet replayed start; each replayed chunk moves it
@@ -149,8 +151,12 @@ class SpendJournal:
         self._append_lines([canonical_json(entry) + "\n"])
         self.appended += 1
 
-    def _append_lines(self, lines: list[str]) -> None:
+    def _append_lines(self, lines: list[str], *, reopen: bool = True) -> bool:
+        """Write ``lines`` durably; False (nothing written) when the journal is closed and
+        not to be reopened (an adoption racing :meth:`close`)."""
         with self._lock:
+            if self._closed and not reopen:
+                return False
             self._closed = False
             if self._file is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -161,6 +167,7 @@ class SpendJournal:
             self._written += 1
             written = self._written
         self._sync(written)
+        return True
 
     def _sync(self, written: int) -> None:
         """Return once the first ``written`` appends are on disk: this caller fsyncs all
@@ -288,13 +295,15 @@ class SpendJournal:
     def adopt_orphans(self, limit: int | None = None) -> int:
         """Append the records of dead processes' files (the first ``limit`` files found) to
         this process's file (synced) and remove those files: how many records came. Local
-        file work, no Redis."""
+        file work, no Redis. A journal closed meanwhile stops it: it is not reopened, and a
+        file not appended stays whole for another process."""
         adopted = 0
         with self.orphans(limit) as found:
             for path, entries in found:
-                if entries:
-                    self._append_lines([canonical_json(entry) + "\n" for entry in entries])
-                    adopted += len(entries)
+                lines = [canonical_json(entry) + "\n" for entry in entries]
+                if lines and not self._append_lines(lines, reopen=False):
+                    break  # (closed: the file stays, for another process to adopt)
+                adopted += len(entries)
                 self.finished(path)
         self.orphans_checked = True
         return adopted
