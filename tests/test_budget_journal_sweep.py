@@ -64,11 +64,34 @@ def test_a_healthy_process_adopts_a_crashed_processes_journal_in_bounded_time(
         while dead.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not dead.exists()  # adopted by the live process, which never failed
-        assert backend.journal.pending == 2
         assert backend.reserve("own-2", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
-        assert backend.journal.pending == 0  # the next call carried them to Redis
         backend.settle("own-2", [SPEC], actual=500, ttl=600)
         assert backend.status([SPEC])[0][0] == 500 + 7000 + 500  # each record once
+    finally:
+        store.close()
+
+
+def test_the_sweep_replays_what_it_adopted_without_a_call(
+    redis_url: str, redis_prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle process (an admin process, a draining worker) that adopts a crashed worker's
+    journal sends its spend to Redis from the sweep thread: it used to wait for the live
+    process's next budgeted call, which may never come."""
+    monkeypatch.setattr(journal_module, "_SWEEP_EVERY_S", 0.05, raising=False)
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    try:
+        backend = RedisBudgetBackend(store, name="sweep-idle")
+        assert backend.reserve("own-1", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
+        backend.settle("own-1", [SPEC], actual=500, ttl=600)
+        dead = _crash_with_records(tmp_path, backend.journal.name)
+        deadline = time.monotonic() + 10  # (the sweep runs every 0.05 s here)
+        spent = backend.status([SPEC])[0][0]  # a read: it replays nothing
+        while (dead.exists() or spent != 500 + 7000) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            spent = backend.status([SPEC])[0][0]
+        assert not dead.exists()
+        assert spent == 500 + 7000  # no budgeted call since the crash
+        assert backend.journal.pending == 0
     finally:
         store.close()
 

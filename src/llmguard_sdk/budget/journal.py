@@ -11,8 +11,9 @@ lock: the kernel drops a process's lock as it dies, so the lock is its lease): t
 are appended to its own file, durably, before the dead file is removed. A process that stays
 healthy adopts them too: a daemon thread (one a process) sweeps the journal directory of
 every Redis budget set in use every ``_SWEEP_EVERY_S`` (30 s; at most ``_SWEEP_FILES`` dead
-files a sweep), so a crashed worker's spend reaches Redis within about that time and the
-next call of a live process; a call itself never lists the directory. A sweep that
+files a sweep) and, while records are left in its journal, has its backend replay them from
+that thread, so a crashed worker's spend reaches Redis within about that time even in a
+process that makes no further call; a call itself never lists the directory. A sweep that
 finds its journal closed (``close()`` ran meanwhile) adopts nothing: a dead file stays whole
 for another process.
 Then it replays its file a few records per call (see
@@ -42,7 +43,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
@@ -117,6 +118,7 @@ class SpendJournal:
         self.name = name
         self._file: IO[str] | None = None
         self._swept = False  # the background sweep adopts dead files into this journal
+        self._replay: weakref.WeakMethod[Callable[[], object]] | None = None  # (see sweep)
         self._closed = False
         per_process(self, SpendJournal._own_file)
 
@@ -276,21 +278,30 @@ class SpendJournal:
             old, self._file = self._file, self._renamed_into_place(left)
             old.close()
 
-    def sweep_in_background(self) -> None:
+    def sweep_in_background(self, replay: Callable[[], object] | None = None) -> None:
         """Have this process's sweep thread adopt dead processes' files into this journal
-        every ``_SWEEP_EVERY_S`` (see the module docs), until it is closed or collected."""
+        every ``_SWEEP_EVERY_S`` (see the module docs), until it is closed or collected;
+        ``replay``, a bound method (held weakly), sends the journal's records to Redis from
+        that thread after each sweep that leaves some in it."""
         self._swept = True
+        self._replay = weakref.WeakMethod(replay) if replay is not None else None
         _SWEEPER.watch(self)
 
     def sweep(self) -> int:
-        """One background sweep: adopt up to ``_SWEEP_FILES`` dead files (0 once closed)."""
+        """One background sweep: adopt up to ``_SWEEP_FILES`` dead files (0 once closed),
+        then replay what the journal holds (``sweep_in_background``'s ``replay``: its
+        failures are the backend's to log; what is left waits for the next call or sweep)."""
         if self._closed:
             return 0
         try:
-            return self.adopt_orphans(_SWEEP_FILES)
+            adopted = self.adopt_orphans(_SWEEP_FILES)
         except OSError as exc:  # (a full disk: the next sweep, or the next replay, retries)
             logger.warning("budgets: adopting a dead process's spend journal failed: %s", exc)
-            return 0
+            adopted = 0
+        replay = self._replay() if self._replay is not None else None
+        if replay is not None and self.pending and not self._closed:
+            replay()
+        return adopted
 
     def adopt_orphans(self, limit: int | None = None) -> int:
         """Append the records of dead processes' files (the first ``limit`` files found) to

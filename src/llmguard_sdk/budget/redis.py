@@ -68,6 +68,7 @@ logger = logging.getLogger("llmguard_sdk")
 _KEEP_SECONDS = 3600  # keys outlive their window (and holds) by an hour
 _ScriptCall = tuple[list[str], list[Any]]  # a script's keys and arguments
 _REPLAY_PER_CALL = 32  # journal records a call replays before its own script (bounded delay)
+_SWEEP_REPLAY_S = 5.0  # how long the sweep thread replays the journal at most, each sweep
 _LOCAL = 10_000  # reservation ids counted locally that are remembered (and counters' rooms)
 _ALIVE = 300.0  # a process counts as alive this long after its last reservation
 
@@ -119,7 +120,8 @@ class RedisBudgetBackend:
         self.journal = SpendJournal(
             journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
         )
-        self.journal.sweep_in_background()  # a crashed process's spend, adopted in time
+        # a crashed process's spend, adopted in time and replayed from the sweep thread
+        self.journal.sweep_in_background(self._replay_swept)
         self._replaying = threading.Lock()
         self._told: dict[str, object] = {}  # the outage, refusal, episode of load last told
         self._telling = threading.Lock()
@@ -339,6 +341,18 @@ class RedisBudgetBackend:
         """Replay the whole journal now; True when nothing is left in it (False: Redis
         failed)."""
         return run(self.replay_steps())
+
+    def _replay_swept(self) -> None:
+        """The sweep thread's replay of the journal (dead processes' records it adopted, and
+        this process's own an outage left): off every call's path, ``_REPLAY_PER_CALL``
+        records at a time for at most ``_SWEEP_REPLAY_S`` seconds, while Redis is not
+        paused. A failure pauses Redis and is logged as a call's would be; what is left
+        waits for the next call or sweep (a call replaying meanwhile: it goes on)."""
+        stop = time.monotonic() + _SWEEP_REPLAY_S
+        while self.journal.pending and self._outage.up() and time.monotonic() < stop:
+            left = self.journal.pending
+            if run(self.replay_steps(_REPLAY_PER_CALL)) or self.journal.pending >= left:
+                return
 
     def reserve_steps(
         self, rid: str, specs: Sequence[CounterSpec], **hold: Unpack[HoldArgs]
