@@ -129,6 +129,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _CACHE_ENV["XDG_CACHE_HOME"] = os.environ.get("XDG_CACHE_HOME")
     _CACHE_DIR.append(tempfile.mkdtemp(prefix="llmguard-test-cache-"))
     os.environ["XDG_CACHE_HOME"] = _CACHE_DIR[0]
+    # the spend journal's background sweep (every 30 s) could land inside a test counting
+    # what its own calls replay: in tests it runs where a test asks for it (the sweep's tests)
+    from llmguard_sdk.budget import journal
+
+    journal._SWEEP_EVERY_S = 3600.0
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
