@@ -157,3 +157,36 @@ def test_a_bad_stream_value_is_a_refused_call_reported_as_such(
     assert (event.kind, event.outcome, event.error) == ("chat", "error", error)
     assert filtered == []  # checked first still: no guardrail ran for it
     assert fake.stats.requests == 0
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_in_its_async_input_filter_is_reported_as_cancelled(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """Cancelling ``achat`` while an input filter awaits reports a cancelled call, as a
+    cancel during the provider's answer does (it reported nothing: no hook, no span)."""
+    entered = anyio.Event()
+
+    async def stuck(request: Any) -> None:
+        entered.set()
+        await anyio.sleep(3600)
+
+    events: list[CallEvent] = []
+    guard = make_guard(fake, input_filters=[stuck], hooks=[events.append], telemetry=otel.telemetry)
+    try:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(guard.achat, USER)
+                await entered.wait()
+                tasks.cancel_scope.cancel()
+    finally:
+        await guard.aclose()
+    (event,) = events
+    assert (event.outcome, event.error, event.attempts) == ("cancelled", None, 0)
+    span = call_span(otel)
+    attributes = span.attributes or {}
+    assert attributes["llmguard.outcome"] == "cancelled"
+    assert attributes["llmguard.cancelled"] is True
+    assert "error.type" not in attributes
+    assert span.status.status_code is not StatusCode.ERROR
+    assert fake.stats.requests == 0

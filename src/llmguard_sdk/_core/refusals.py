@@ -47,12 +47,13 @@ class Refusal:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if not isinstance(error, Exception) or not self.reported:
-            return  # (accepted, or not an Exception: it propagates unreported)
+        if error is None or isinstance(error, GeneratorExit) or not self.reported:
+            return  # (accepted, or its checks closed unfinished: nothing to report)
         stages = self.stages
         if stages.telemetry is not None or stages.hooks:
             kind: Literal["chat", "stream"] = "stream" if self.stream is True else "chat"
-            _report(stages, kind, error, self)
+            # (not an Exception: cancelled in an async input filter, reported as cancelled)
+            _report(stages, kind, error if isinstance(error, Exception) else None, self)
 
 
 def refusals(
@@ -67,9 +68,10 @@ def refusals(
 
 
 def _report(
-    stages: Stages, kind: Literal["chat", "stream"], error: Exception, refusal: Refusal
+    stages: Stages, kind: Literal["chat", "stream"], error: Exception | None, refusal: Refusal
 ) -> None:
-    """Report a call refused before its first attempt to the telemetry and the hooks."""
+    """Report a call refused before its first attempt (``error`` None: cancelled while its
+    input filters ran) to the telemetry and the hooks."""
     asked, started = refusal.asked, refusal.started
     model = asked.get("model") if isinstance(asked, Mapping) else getattr(asked, "model", asked)
     model = model if isinstance(model, str) else None
@@ -94,16 +96,17 @@ def _report(
 
 def _event(
     kind: Literal["chat", "stream"],
-    error: Exception,
+    error: Exception | None,
     scope: Scope,
     model: str | None,
     latency_s: float,
 ) -> CallEvent:
     """The :class:`CallEvent` of a refused call: a failed one, as a call that no route
-    answered is, with no attempt, no usage and no cost (no request went out)."""
+    answered is, with no attempt, no usage and no cost (no request went out); ``error``
+    None: a cancelled one."""
     return CallEvent(
         kind=kind,
-        outcome="error",
+        outcome="error" if error is not None else "cancelled",
         scope=scope,
         model=model,
         route=None,

@@ -115,7 +115,8 @@ class Instruments:
         attributes): its duration, with ``error.type``, and its quality signals."""
         labels = {key: call[key] for key in ("gen_ai.operation.name", self._provider)}
         labels["gen_ai.request.model"] = call["gen_ai.request.model"]
-        labels["error.type"] = call["error.type"]
+        if "error.type" in call:  # (none: a call cancelled in its input filters)
+            labels["error.type"] = call["error.type"]
         if feature is not None:
             labels["llmguard.feature"] = feature
         self.duration.record(elapsed, labels)

@@ -304,7 +304,7 @@ class Telemetry:
     def refused(
         self,
         kind: Literal["chat", "stream"],
-        error: BaseException,
+        error: BaseException | None,
         *,
         scope: Scope,
         model: str | None,
@@ -315,7 +315,8 @@ class Telemetry:
         """Export a call refused before its first attempt (an invalid request, an input
         guardrail's refusal, one over ``max_input_tokens``) as the conventions have a failed
         operation: its span under the current one (an ERROR status, ``error.type``), a
-        duration point with ``error.type``, its quality signal, a log record."""
+        duration point with ``error.type``, its quality signal, a log record. ``error``
+        None: cancelled while its input filters ran, exported as a cancelled call is."""
         exporting = self._exporting()
         if not exporting and not self._logging():
             return  # (the no-SDK path, as a call's)
@@ -323,8 +324,10 @@ class Telemetry:
         first = routes[0] if routes else None
         model = model or (first.model if first is not None else None) or ""
         call = operation(self.names, first, model, server=False)  # (no request went out)
-        call.update({"llmguard.kind": kind, "llmguard.attempts": 0, "llmguard.outcome": "error"})
-        call["error.type"] = exception_type(error)
+        outcome = "error" if error is not None else "cancelled"
+        call.update({"llmguard.kind": kind, "llmguard.attempts": 0, "llmguard.outcome": outcome})
+        if error is not None:
+            call["error.type"] = exception_type(error)
         add_scope(call, scope, ())
         signals = signals_of(None, None, error)
         if signals:
@@ -339,7 +342,10 @@ class Telemetry:
             )
             for name, attributes in _span_events(signals, []):
                 span.add_event(name, attributes, timestamp=end_ns)
-            failed(span, error, scope, end_ns)
+            if error is not None:
+                failed(span, error, scope, end_ns)
+            else:
+                span.set_attribute("llmguard.cancelled", True)
             span.end(end_time=end_ns)
             self._metrics.record_refused(elapsed, call, scope.feature, self._quality, signals)
         self._log(call, elapsed, 0, None, None)
