@@ -353,3 +353,20 @@ async def test_a_call_cancelled_in_its_async_output_filter_is_charged_as_billed(
     _assert_charged_once(guard)
     (event,) = events
     assert event.outcome == "cancelled"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_cascade_names_the_async_filter_that_ran_past_the_deadline(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, shape: str
+) -> None:
+    """The timeout names the user's filter (it named the cascade's own screen)."""
+    cascade = Cascade(["small", "large"], checks=[not_empty()], on_error=False)
+    router = TaskRouter(
+        {"small": ["primary"], "large": ["backup"]},
+        cascades={"auto": cascade},
+        default="auto",
+    )
+    guard = make_guard(fake, fake2, tasks=router, output_filters=[checked, never_done])
+    with pytest.raises(ProviderTimeoutError, match=r"output filter .*never_done") as late:
+        call_in_shape(guard, shape, timeout=1.0)
+    assert late.value.request_sent

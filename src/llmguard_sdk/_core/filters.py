@@ -5,17 +5,19 @@ bounded by the call's deadline.
 A chain of filters is a small plan (a generator): it yields each awaitable a filter returned
 (an ``async def`` filter, or a plain one returning an awaitable) as a :class:`Pending` and
 receives its result, or has its error thrown in. :func:`run` drives a plan in sync calls: an
-awaitable runs on an event loop of its own in a worker thread, which the call waits for until
-its deadline (then abandons it, cancelled), so that a sync call made inside a running event
-loop works too. :func:`arun` drives it in async calls: awaited on the caller's event loop
-under a cancel scope that ends at the deadline, so other tasks run while it waits. A filter
-that waits past the deadline fails the call with
-:class:`~llmguard_sdk.errors.ProviderTimeoutError`. Sync filters run where the call runs, as
-before: a chain of them yields nothing (no thread, no loop).
+awaitable runs on the process's one filter loop, in a daemon thread, which the call waits for
+until its deadline (then abandons it, cancelled), so that a sync call made inside a running
+event loop works too, and a client a filter keeps serves every sync call. :func:`arun` drives
+it in async calls: awaited on the caller's event loop under a cancel scope that ends at the
+deadline, so other tasks run while it waits. A filter that waits past the deadline fails the
+call with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. Sync filters run where the call
+runs, as before: a chain of them yields nothing (no thread, no loop).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
 import inspect
 import sys
@@ -23,11 +25,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 from pydantic import ValidationError
 
+from .._forks import per_process
 from .._problems import problems
 from ..errors import (
     ConfigurationError,
@@ -42,8 +45,8 @@ __all__ = ["Pending", "Plan", "arun", "inputs", "outputs", "resolve", "run"]
 T = TypeVar("T")
 
 _GRACE_S = 1.0
-"""How long a sync call waits, past its deadline, for a cancelled async filter's loop to end
-before it abandons the worker thread (a filter that ignores its cancellation)."""
+"""How long a sync call waits, past its deadline, for a cancelled async filter's wait to end
+before it abandons it (a filter that ignores its cancellation)."""
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ _STARTED: Outcome = (True, None)
 
 
 def run(plan: Plan[T]) -> T:
-    """Drive ``plan`` in a sync call: each wait on an event loop of its own, in a worker
+    """Drive ``plan`` in a sync call: each wait on the process's filter loop, in its
     thread, until its deadline."""
     step = _resume(plan, _STARTED)
     while isinstance(step, Pending):
@@ -149,7 +152,7 @@ def run(plan: Plan[T]) -> T:
 async def arun(plan: Plan[T]) -> T:
     """Drive ``plan`` in an async call: each wait awaited on the caller's loop until its
     deadline (a cancel of the call is thrown into the plan too: its records see it)."""
-    return await _rest(plan, _resume(plan, _STARTED), bounded=True)
+    return await _rest(plan, _resume(plan, _STARTED))
 
 
 def resolve(plan: Plan[T]) -> T | Awaitable[T]:
@@ -157,13 +160,31 @@ def resolve(plan: Plan[T]) -> T | Awaitable[T]:
     goes on from there (a chain of filters acting as one filter: a cascade's checks). The
     caller's driver bounds that awaitable by the deadline."""
     step = _resume(plan, _STARTED)
-    return _rest(plan, step, bounded=False) if isinstance(step, Pending) else step
+    return _Rest(plan, step) if isinstance(step, Pending) else step
 
 
-async def _rest(plan: Plan[T], step: Pending | T, *, bounded: bool) -> T:
+async def _rest(plan: Plan[T], step: Pending | T) -> T:
     while isinstance(step, Pending):
-        step = _resume(plan, await _outcome(_awaited(step) if bounded else step.awaitable))
+        step = _resume(plan, await _outcome(_awaited(step)))
     return step
+
+
+class _Rest(Generic[T]):
+    """The rest of a plan (:func:`resolve`), awaitable once; ``step``: the wait it is in,
+    which the driver's timeout names (the user's filter, not the chain's)."""
+
+    def __init__(self, plan: Plan[T], step: Pending) -> None:
+        self.plan, self.step = plan, step
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        return self._run().__await__()
+
+    async def _run(self) -> T:
+        step: Pending | T = self.step
+        while isinstance(step, Pending):
+            self.step = step
+            step = _resume(self.plan, await _outcome(step.awaitable))
+        return step
 
 
 def _resume(plan: Plan[T], outcome: Outcome) -> Pending | T:
@@ -185,7 +206,10 @@ async def _outcome(awaitable: Awaitable[Any]) -> Outcome:
 
 def _late(pending: Pending) -> ProviderTimeoutError:
     """The call's timeout error for a filter that waited past the deadline (an input
-    filter's: no request went out)."""
+    filter's: no request went out; a chain of filters acting as one: the one it waited
+    in)."""
+    while isinstance(pending.awaitable, _Rest):
+        pending = pending.awaitable.step
     return ProviderTimeoutError(
         f"{pending.what} did not finish within the call's deadline",
         request_sent=pending.stage != "input",
@@ -199,9 +223,9 @@ async def _awaited(pending: Pending) -> Any:
 
 
 def _own_context() -> contextvars.Context:
-    """The caller's context variables for a worker thread's event loop, less the name of the
+    """The caller's context variables for the filters' event loop, less the name of the
     async library the caller runs under (a sync call made inside a running loop), which
-    would tell anyio that the worker's loop is running already."""
+    would tell anyio that the filters' loop is the caller's."""
     context = contextvars.copy_context()
     sniffio = sys.modules.get("sniffio")
     if sniffio is not None:
@@ -209,9 +233,63 @@ def _own_context() -> contextvars.Context:
     return context
 
 
+class _FilterLoop:
+    """The process's one event loop for sync calls' async filters, run by a daemon thread
+    made on first use (and again in a forked child, which has no such thread): a client a
+    filter keeps (an ``httpx.AsyncClient``) stays on the loop it was first used on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def renew(self) -> None:
+        """Forget the loop (a forked child: its thread did not come along)."""
+        self._lock = threading.Lock()
+        self._loop = self._thread = None
+
+    def inside(self) -> bool:
+        """Whether this is the loop's own thread (a sync call made by a filter on it)."""
+        return self._thread is threading.current_thread()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (started now if there is none)."""
+        loop = self._loop
+        if loop is None:
+            with self._lock:
+                if self._loop is None:
+                    loop = asyncio.new_event_loop()
+                    self._thread = threading.Thread(
+                        target=loop.run_forever, name="llmguard-filters", daemon=True
+                    )
+                    self._thread.start()
+                    self._loop = loop
+                loop = self._loop
+        return loop
+
+
+_LOOP = _FilterLoop()
+per_process(_LOOP, _FilterLoop.renew)
+
+
 def _blocking(pending: Pending) -> Outcome:
-    """``pending`` awaited on an event loop of its own in a worker thread (with the caller's
-    context variables), waited for until its deadline."""
+    """``pending`` awaited on the process's filter loop (with the caller's context
+    variables), cancelled there at its deadline, waited for a grace past it (then
+    abandoned, cancelled again: it ignored its cancellation)."""
+    if _LOOP.inside():  # (that loop waits on this call: a loop of its own, in a thread)
+        return _on_own_loop(pending)
+    submit = asyncio.run_coroutine_threadsafe  # (its task gets the context it is called in)
+    future = _own_context().run(submit, _outcome(_awaited(pending)), _LOOP.loop())
+    try:
+        return future.result(max(0.0, pending.deadline - time.monotonic()) + _GRACE_S)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return False, _late(pending)
+
+
+def _on_own_loop(pending: Pending) -> Outcome:
+    """``pending`` awaited on an event loop of its own in a worker thread, waited for until
+    its deadline and the grace."""
     ended: list[Outcome] = []
 
     def wait() -> None:
@@ -219,14 +297,10 @@ def _blocking(pending: Pending) -> Outcome:
             ended.append(anyio.run(_outcome, _awaited(pending)))
         except BaseException as exc:  # (no event loop could run it)
             ended.append((False, exc))
-        finally:
-            if inspect.iscoroutine(pending.awaitable):
-                pending.awaitable.close()  # (never awaited: no warning; awaited: no-op)
 
     worker = threading.Thread(
         target=_own_context().run, args=(wait,), name="llmguard-filter", daemon=True
     )
     worker.start()
     worker.join(max(0.0, pending.deadline - time.monotonic()) + _GRACE_S)
-    # (still running: it ignored its cancellation at the deadline; abandoned)
     return ended[0] if ended else (False, _late(pending))

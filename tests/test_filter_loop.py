@@ -1,0 +1,69 @@
+"""Sync calls' async filters share one event loop a process: a client a filter keeps (an
+``httpx.AsyncClient`` made once, at module level) serves every sync call, and a forked
+child gets a loop of its own."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from llmguard_sdk import ChatResponse, Guard
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+from .test_fork_after_build import _run
+
+MakeGuard = Callable[..., Guard]
+
+
+def test_a_kept_async_client_serves_consecutive_sync_calls(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A moderation filter's one ``httpx.AsyncClient`` answers in every sync call (on a
+    loop a call, the second call failed: ``Event loop is closed``, after the provider
+    billed the answer)."""
+    moderation = httpx.AsyncClient(timeout=10.0)
+    statuses: list[int] = []
+
+    async def moderate(response: ChatResponse) -> None:
+        statuses.append((await moderation.get(fake.base_url + "/v1/models")).status_code)
+
+    guard = make_guard(fake, output_filters=[moderate])
+    texts = [guard.chat(USER, timeout=10.0).text for _ in range(3)]
+    assert texts == ["Echo: hello there"] * 3
+    assert len(statuses) == 3
+    assert fake.stats.requests == 3
+
+
+# A fresh interpreter: an async filter keeps one client; a call in the parent (its filter
+# loop starts), then a forked child's call; prints the child's exit code.
+FORKED = """
+import os, sys
+import httpx
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+
+moderation = httpx.AsyncClient(timeout=10.0)
+async def moderate(response):
+    await moderation.get(sys.argv[1] + "/v1/models")
+    return response.model_copy(update={"text": response.text + " [checked]"})
+
+route = OpenAICompatibleProvider(sys.argv[1], api_key="k", model="gpt-4o-mini", name="p")
+guard = Guard([route], retry=None, output_filters=[moderate])
+assert guard.chat([{"role": "user", "content": "hi"}], timeout=10).text.endswith("[checked]")
+pid = os.fork()
+if pid == 0:
+    moderation = httpx.AsyncClient(timeout=10.0)  # (the child's own connections)
+    answer = guard.chat([{"role": "user", "content": "hi"}], timeout=5)
+    os._exit(0 if answer.text.endswith("[checked]") else 1)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))  # (bounded: its call's timeout)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_runs_async_filters_on_a_loop_of_its_own(fake: FakeProvider) -> None:
+    """The parent's filter loop thread did not come along: the child starts its own (else
+    its filter's wait would never start, and the call time out)."""
+    assert _run(FORKED, fake) == "0"
