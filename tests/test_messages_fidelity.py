@@ -5,12 +5,15 @@ them as the caller sent them; chat-completions and Responses routes what their A
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from typing import Any
 
 import pytest
 
 from llmguard_sdk.client import anthropic_client
+from llmguard_sdk.errors import DroppedParameterWarning
 from llmguard_sdk.testing import FakeProvider
 
 from .routekinds import guard_over
@@ -95,7 +98,13 @@ def test_more_stop_sequences_than_chat_completions_takes(
     six were refused on every route (the Guard's own 4-sequence rule), an Anthropic route's
     too. An Anthropic route gets all six; a chat route the first four, with a warning; a
     Responses route none (the Responses API has no stop sequences)."""
-    with caplog.at_level(logging.WARNING, logger="llmguard_sdk"), guard_over(fake, route) as g:
+    dropped = (  # (a Responses route says once that it sends no stop sequences)
+        pytest.warns(DroppedParameterWarning, match="'stop'")
+        if route == "responses"
+        else contextlib.nullcontext()
+    )
+    logged = caplog.at_level(logging.WARNING, logger="llmguard_sdk")
+    with logged, guard_over(fake, route) as g, dropped:
         anthropic_client(g).messages.create(
             model="fake-model", max_tokens=20, messages=_ASK, stop_sequences=_STOPS
         )
@@ -112,7 +121,8 @@ def test_more_stop_sequences_than_chat_completions_takes(
     else:
         assert not {"stop", "stop_sequences"} & set(sent)
     # four or fewer: as before, on every route
-    with guard_over(fake, route) as guard:
+    with guard_over(fake, route) as guard, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DroppedParameterWarning)  # (said above)
         anthropic_client(guard).messages.create(
             model="fake-model", max_tokens=20, messages=_ASK, stop_sequences=_STOPS[:2]
         )
