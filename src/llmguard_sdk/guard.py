@@ -23,6 +23,7 @@ from ._core.calls import (
     call_context,
     call_contexts,
     complete_call,
+    loads_awaited,
 )
 from ._core.stages import InputFilter, OutputFilter, Stages, reporting
 from ._core.streams import AsyncChatStream, ChatStream
@@ -529,7 +530,8 @@ class Guard(Adoption, Lifecycle):
     ) -> ChatResponse | AsyncChatStream:
         """Async twin of :meth:`chat`; ``stream=True`` gives an :class:`AsyncChatStream`."""
         if _lazy.loading:  # the Guards' loads under way: waited for off the event loop
-            await _lazy.aloaded(_seconds_or(options.get("timeout"), self._stages.timeout))
+            within = _seconds_or(options.get("timeout"), self._stages.timeout)
+            await loads_awaited(self._stages, options, stream=stream, within=within)
         plan = call_contexts(self._stages, messages, options, stream=stream, reported=True)
         ctx = await filters.arun(plan)  # (an async input filter awaited on this loop)
         if stream:  # (checked: True or False)

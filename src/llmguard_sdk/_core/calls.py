@@ -8,11 +8,13 @@ envelope in :mod:`.streams`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
+from .. import _lazy
 from ..cache._config import check_controls
 from ..context import CallContext
 from ..errors import RequestValidationError
@@ -30,6 +32,7 @@ __all__ = [
     "call_context",
     "call_contexts",
     "complete_call",
+    "loads_awaited",
     "stream_flag",
 ]
 
@@ -98,6 +101,22 @@ def call_contexts(
     ctx.cacheable, ctx.cache_tags = cacheable, (*ctx.cache_tags, *cache_tags)
     ctx.cache_refresh, ctx.cache_ttl, ctx.cache_max_age = refresh, ttl, max_age
     return ctx
+
+
+async def loads_awaited(
+    stages: Stages, options: Mapping[str, Any], *, stream: object, within: float
+) -> None:
+    """Wait, ``within`` seconds at most, for the Guards' first-use loads off the event loop
+    (:func:`~llmguard_sdk._lazy.aloaded`), before an async call's checks. A cancel meanwhile
+    is reported as a cancelled call (with the call's scope where its ids are sound), as one
+    during the checks or the attempts is: it was not reported at all."""
+    asked = options.get("model") or options.get("request")
+    with refusals(stages, asked=asked, stream=stream) as refusal:
+        with suppress(RequestValidationError):  # (a bad id: the call's checks refuse it next)
+            refusal.scope = resolve_scope(
+                options.get("tenant"), options.get("feature"), options.get("user")
+            )
+        await _lazy.aloaded(within)
 
 
 def stream_flag(stream: object) -> bool:
