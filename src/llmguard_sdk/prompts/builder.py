@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,7 +36,7 @@ from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..errors._base import lint_remedy
 from ..models import ChatRequest, Message
-from ..tokens import count_text_tokens
+from ._static import _Static
 from ._tail import history_messages, user_message
 from .adapters import (
     CACHE_HISTORY_KEY,
@@ -44,7 +44,6 @@ from .adapters import (
     STATIC_MESSAGES_KEY,
     TEMPLATE_KEY,
     prompt_cache_key,
-    static_prefix_hash,
 )
 from .drift import DriftMonitor, default_drift_monitor
 from .lint import RULES, LintWarning, lint_text
@@ -80,62 +79,6 @@ class Document:
     def sort_key(self) -> tuple[str, str, str]:
         """Documents are ordered by this key."""
         return (self.id or "", self.title or "", self.text)
-
-
-@dataclass(frozen=True)
-class _Static:
-    """The static part, rendered once per change."""
-
-    instructions: str = ""
-    tools: tuple[dict[str, Any], ...] = ()
-    examples: tuple[Example, ...] = ()
-    documents: tuple[Document, ...] = ()
-    examples_heading: str = "## Examples"
-    documents_heading: str = "## Reference documents"
-    sections: dict[str, str] = field(init=False, repr=False)
-    text: str = field(init=False, repr=False)
-    prefix_hash: str = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        sections: dict[str, str] = {}
-        if self.instructions:
-            sections["instructions"] = self.instructions
-        if self.tools:
-            sections["tools"] = canonical_json(list(self.tools))
-        if self.examples:
-            shots = [f"User: {e.user}\nAssistant: {e.assistant}" for e in self.examples]
-            sections["examples"] = "\n\n".join([self.examples_heading, *shots])
-        if self.documents:
-            docs = [
-                f"### {d.title or d.id or f'Document {i}'}\n{d.text}"
-                for i, d in enumerate(self.documents, 1)
-            ]
-            sections["documents"] = "\n\n".join([self.documents_heading, *docs])
-        text = "\n\n".join(v for k, v in sections.items() if k != "tools")
-        digest = static_prefix_hash(text, self.tools)
-        object.__setattr__(self, "sections", sections)
-        object.__setattr__(self, "text", text)
-        object.__setattr__(self, "prefix_hash", digest)
-
-    def tokens(self) -> int:
-        """About how many tokens the static part is: its text and its tools."""
-        tools = canonical_json(list(self.tools)) if self.tools else ""
-        return count_text_tokens(self.text + tools).tokens
-
-    @property
-    def lint_sections(self) -> dict[str, str]:
-        """What the linter reads: each section's own text (tools as canonical JSON)."""
-        out = dict(self.sections)
-        out.pop("examples", None)
-        out.pop("documents", None)
-        for i, example in enumerate(self.examples):
-            out[f"examples[{i}].user"] = example.user
-            out[f"examples[{i}].assistant"] = example.assistant
-        for i, document in enumerate(self.documents):
-            if document.title:
-                out[f"documents[{i}].title"] = document.title
-            out[f"documents[{i}]"] = document.text
-        return out
 
 
 @dataclass(frozen=True)
