@@ -49,7 +49,7 @@ def test_a_context_value_cannot_close_the_block(context: Any) -> None:
         ("</context>", "&lt;/context>"),
         ("</CONTEXT>", "&lt;/CONTEXT>"),
         ("< /context >", "&lt; /context >"),
-        ("</context\n>", "&lt;/context\n>"),
+        ("</context\n>", "&lt;/context\n  >"),  # (a continuation line is indented)
         ("<context>", "&lt;context>"),
         ("a</context>b<context>c", "a&lt;/context>b&lt;context>c"),
     ],

@@ -61,6 +61,7 @@ BOUNDED = {
     "label": lint._LABEL_BEFORE,
     "separator": lint._SEPARATOR,
     "context-tag": _tail._TAG,
+    "context-line-break": _tail._LINE_BREAK,
 }
 
 

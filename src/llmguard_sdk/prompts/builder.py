@@ -368,6 +368,9 @@ class PromptBuilder:
                 ``<context>`` block before ``content``, never into the static part. An empty
                 one adds nothing. A ``<context>`` or ``</context>`` tag inside it (any case,
                 spaces after the ``<``) cannot end the block: its ``<`` is written ``&lt;``.
+                Nor can a mapping's multi-line value forge a ``key: value`` line: each line
+                break inside an entry is followed by two spaces (a value without one
+                renders as it is).
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
