@@ -7,15 +7,19 @@
 * The lint's own loops are counted: a text that counts how often its characters are read is
   read about twice as often when it is twice as long (a model id's date was checked by reading
   back to the start of its run of id characters: a run of 40,000 such characters was read
-  again at each of its 2,858 dates, 4.8 s).
+  again at each of its 2,858 dates, 4.8 s). The random-id rule's steps are counted the same
+  way (each id was compared with every one found before it).
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmguard_sdk.prompts import _tail, lint, lint_text
 
@@ -121,3 +125,85 @@ def test_no_run_of_marks_is_normalised_whole(monkeypatch: pytest.MonkeyPatch) ->
     found = [w for w in lint_text(text) if w.rule == "unicode"]
     assert [len(w.text) for w in found] == [40_001, 2]
     assert 0 < max(longest) <= 32
+
+
+def _steps(text: str) -> int:
+    """The lines the random-id rule runs in lint.py (its generator expressions' included)."""
+    steps = 0
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        nonlocal steps
+        steps += event == "line"
+        return local
+
+    def call(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code.co_filename == lint.__file__ else None
+
+    previous = sys.gettrace()  # (a coverage tool's: put back)
+    sys.settrace(call)
+    try:
+        found = lint_text(text, ignore=[r for r in lint.RULES if r != "random-id"])
+    finally:
+        sys.settrace(previous)
+    assert found
+    assert all(w.rule == "random-id" for w in found)
+    return steps
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "id 123e4567-e89b-12d3-a456-426614174000 ",
+        "key 0f1e2d3c4b5a69788796a5b4 ",
+        "tok Zx9Qw8Er7Ty6Ui5Op4As3D ",
+    ],
+    ids=["uuids", "hex", "tokens"],
+)
+def test_twice_the_ids_take_about_twice_the_steps(unit: str) -> None:
+    """Each id was checked against every id found before it (1,000 UUIDs: about 500,000
+    comparisons); now against a mark per character."""
+    once = _steps(unit * 150)
+    twice = _steps(unit * 300)
+    assert twice <= 2.2 * once + 100
+
+
+def _random_ids_before(text: str) -> list[tuple[int, int]]:
+    """The random-id rule's findings as it made them, each match compared with every one
+    found before it."""
+    taken: list[tuple[int, int]] = [m.span() for m in lint._UUID.finditer(text)]
+    found = list(taken)
+    for pattern in (lint._HEX, lint._TOKEN):
+        for match in pattern.finditer(text):
+            word = match.group()
+            if any(s <= match.start() < e for s, e in taken):
+                continue
+            digits = sum(c.isdigit() for c in word)
+            letters = sum(c.isalpha() for c in word)
+            if pattern is lint._TOKEN and (digits < 3 or letters < 3 or lint._model_id(word)):
+                continue
+            if pattern is lint._HEX and (digits == 0 or letters == 0):
+                continue
+            taken.append(match.span())
+            found.append(match.span())
+    return sorted(found)
+
+
+_UNITS = [
+    "123e4567-e89b-12d3-a456-426614174000",
+    "0f1e2d3c4b5a69788796a5b4",
+    "Zx9Qw8Er7Ty6Ui5Op4As3D",
+    "claude-3-5-sonnet-20241022",
+    "-",
+    "_",
+    " ",
+    "x",
+    "7",
+    "é",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_UNITS), max_size=12).map("".join))
+def test_the_random_id_findings_are_as_before(text: str) -> None:
+    found = lint_text(text, ignore=[r for r in lint.RULES if r != "random-id"])
+    assert [(w.start, w.end) for w in found] == _random_ids_before(text)
