@@ -182,7 +182,7 @@ def _responses_stream(apis: Apis) -> Any:
 
 def _messages(apis: Apis) -> Any:
     message = apis.claude.messages.create(
-        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
+        model="m", max_tokens=4096, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
     )
     block = message.content[0]
     assert isinstance(block, anthropic.types.ToolUseBlock)
@@ -191,7 +191,7 @@ def _messages(apis: Apis) -> Any:
 
 def _messages_stream(apis: Apis) -> Any:
     with apis.claude.messages.stream(
-        model="m", max_tokens=50, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
+        model="m", max_tokens=4096, messages=USER, tools=CLAUDE_TOOLS, tool_choice=CLAUDE_CHOICE
     ) as stream:
         final = stream.get_final_message()
     block = final.content[0]
@@ -214,7 +214,7 @@ def _openai_batch(apis: Apis) -> Any:
 
 
 def _message_batch(apis: Apis) -> Any:
-    params: Any = {"model": "m", "max_tokens": 10, "messages": USER, "tools": CLAUDE_TOOLS}
+    params: Any = {"model": "m", "max_tokens": 4096, "messages": USER, "tools": CLAUDE_TOOLS}
     params["tool_choice"] = CLAUDE_CHOICE
     created = apis.claude.messages.batches.create(requests=[{"custom_id": "a", "params": params}])
     (row,) = apis.claude.messages.batches.results(created.id)

@@ -36,7 +36,10 @@ chunk, its arguments' fragments in the next ones), a Messages ``tool_use`` block
 ``stop_reason="tool_use"`` (streamed: ``input_json_delta`` events, one a fragment), a
 Responses ``function_call`` (streamed: ``response.function_call_arguments.delta`` events);
 the batch APIs answer such requests alike. Each fragment of the arguments (JSON punctuation,
-names and values apart) counts one output token.
+names and values apart) counts one output token, and an output limit under their number cuts
+the call there, as the real APIs do: the arguments' first fragments (a Messages ``tool_use``
+block's ``input``: ``{}``) with ``finish_reason="length"``, ``stop_reason="max_tokens"`` or
+``status="incomplete"`` (``max_output_tokens``).
 
 Request ids have each API's shape and are the same each run for a server's n-th request:
 OpenAI's ``x-request-id`` ``req_`` and 32 hex digits, Anthropic's ``request-id`` ``req_011C``

@@ -49,7 +49,7 @@ from email.policy import HTTP
 from typing import TYPE_CHECKING, Any
 
 from ._http import _BaseHandler
-from ._tool_args import _forced_call
+from ._tool_args import _Call, _forced_call, _within
 from ._wire import (
     _STOP_REASONS,
     _anthropic_error,
@@ -85,29 +85,27 @@ def _store(provider: FakeProvider) -> _Store:
         return found
 
 
-def _answer(provider: FakeProvider, body: dict[str, Any], inputs: int) -> tuple[list[str], str]:
-    """The reply's pieces (cut at the output limit) and finish reason, counted in stats (the
-    call's argument fragments and ``tool_calls`` when the request forces a tool, as the
-    endpoints answer it: one output token a fragment)."""
+def _answer(
+    provider: FakeProvider, body: dict[str, Any], inputs: int
+) -> tuple[list[str], _Call | None, str]:
+    """The reply's pieces, the call it makes when the request forces a tool (its pieces: the
+    argument fragments, one output token each), both cut at the output limit as the
+    endpoints cut them, and the finish reason; counted in stats."""
     call = _forced_call(body)
-    if call is not None:
-        provider._note_success(inputs, len(call.fragments))
-        return call.fragments, "tool_calls"
-    pieces = _split_pieces(provider._make_reply(body))
+    reply = "" if call is not None else provider._make_reply(body)
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
-    finish = "stop"
-    if isinstance(limit, int) and limit < len(pieces):
-        pieces, finish = pieces[:limit], "length"
+    pieces, call, finish = _within(_split_pieces(reply), call, limit)
+    if call is not None:
+        pieces = call.fragments
     provider._note_success(inputs, len(pieces))
-    return pieces, finish
+    return pieces, call, finish
 
 
 def _chat_answer(provider: FakeProvider, body: dict[str, Any], n: int) -> dict[str, Any]:
     """A chat completion as the chat endpoint answers it (no faults in batches)."""
     tokens = _openai_tokens(body)
-    pieces, finish = _answer(provider, body, len(tokens))
+    pieces, called, finish = _answer(provider, body, len(tokens))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(pieces)}
-    called = _forced_call(body)
     if called is not None:
         message = {"role": "assistant", "content": None, "tool_calls": [called.chat_call()]}
     return {
@@ -128,8 +126,7 @@ def _chat_answer(provider: FakeProvider, body: dict[str, Any], n: int) -> dict[s
 def _message_answer(provider: FakeProvider, params: dict[str, Any], n: int) -> dict[str, Any]:
     """A Messages answer as the messages endpoint gives it, batch tier in its usage."""
     tokens, _ = _anthropic_tokens(params)
-    pieces, finish = _answer(provider, params, len(tokens))
-    called = _forced_call(params)
+    pieces, called, finish = _answer(provider, params, len(tokens))
     return {
         "id": f"msg_batch_{n}",
         "type": "message",

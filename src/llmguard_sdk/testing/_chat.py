@@ -9,7 +9,7 @@ from typing import Any
 
 from ._faults import Fault
 from ._http import _BaseHandler
-from ._tool_args import _Call, _forced_call
+from ._tool_args import _Call, _forced_call, _within
 from ._wire import (
     _HTML_BODY,
     _BadRequest,
@@ -59,11 +59,7 @@ class _ChatHandler(_BaseHandler):
             provider._note_status(500)
             self._send(500, _dumps(err), "application/json", headers)
             return
-        pieces = _split_pieces(reply)
-        finish_reason = "stop" if call is None else "tool_calls"
-        if req.max_tokens is not None and req.max_tokens < len(pieces):
-            pieces = pieces[: req.max_tokens]
-            finish_reason = "length"
+        pieces, call, finish_reason = _within(_split_pieces(reply), call, req.max_tokens)
         outputs = len(pieces) if call is None else len(call.fragments)
         cost = req.input_tokens + (req.max_tokens if req.max_tokens is not None else outputs)
         retry_after, rate_headers = provider._admit(cost)

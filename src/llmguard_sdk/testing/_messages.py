@@ -8,7 +8,7 @@ from typing import Any
 
 from ._faults import Fault
 from ._http import _BaseHandler
-from ._tool_args import _Call, _forced_call
+from ._tool_args import _Call, _forced_call, _within
 from ._wire import (
     _HTML_BODY,
     _STOP_REASONS,
@@ -63,11 +63,8 @@ class _MessagesHandler(_BaseHandler):
                 500, error, "application/json", provider._common_headers(n, anthropic=True) + extra
             )
             return
-        pieces = _split_pieces(reply)
         max_tokens: int = body["max_tokens"]
-        finish = "stop" if call is None else "tool_calls"
-        if max_tokens < len(pieces):
-            pieces, finish = pieces[:max_tokens], "length"
+        pieces, call, finish = _within(_split_pieces(reply), call, max_tokens)
         tokens, breakpoints = _anthropic_tokens(body)
         retry_after, rate_headers = provider._admit(len(tokens) + max_tokens, anthropic=True)
         headers = [("request-id", _request_id(n, anthropic=True)), *rate_headers, *extra]

@@ -36,7 +36,7 @@ from ..providers._responses_wire import Answer, EventWriter
 from ..providers.responses import MIN_OUTPUT_TOKENS
 from ._faults import Fault
 from ._http import _BaseHandler
-from ._tool_args import _forced_call
+from ._tool_args import _forced_call, _within
 from ._wire import (
     _HTML_BODY,
     _BadRequest,
@@ -249,9 +249,8 @@ class _ResponsesHandler(_BaseHandler):
         provider = self._srv.provider
         call = _forced_call(body)
         pieces = [] if call is not None else _split_pieces(provider._make_reply(chat))
-        limit, finish = body.get("max_output_tokens"), "tool_calls" if call else "stop"
-        if isinstance(limit, int) and limit < len(pieces):
-            pieces, finish = pieces[:limit], "length"
+        limit = body.get("max_output_tokens")
+        pieces, call, finish = _within(pieces, call, limit)
         tokens = _openai_tokens(chat)
         effort = (body.get("reasoning") or {}).get("effort")
         reasoning = _REASONING.get(effort, 4) if effort else 0

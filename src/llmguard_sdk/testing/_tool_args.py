@@ -13,7 +13,11 @@ followed (see ``_pattern``); one it cannot follow leaves the string as it would 
 
 A stream sends the arguments in fragments, as the real APIs do (:attr:`_Call.fragments`:
 JSON punctuation, names and values apart, so ``{"city":"x"}`` is ``{"``, ``city``, ``":"``,
-``x``, ``"}``), and each fragment counts one output token, as each piece of text does.
+``x``, ``"}``), and each fragment counts one output token, as each piece of text does. An
+output limit under their number cuts the call there (:func:`_within`), on every route, plain
+and streamed: the arguments are a cut JSON string (a Messages ``tool_use`` block, whose
+``input`` is an object, gets ``{}``; its stream sends the cut fragments) and the answer
+ends as one cut at the limit (``length``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._pattern import pattern_example
@@ -44,21 +48,32 @@ _FORMATS = {
 
 @dataclass(frozen=True)
 class _Call:
-    """A call of the tool ``name`` with ``arguments``, in each API's words."""
+    """A call of the tool ``name`` with ``arguments``, in each API's words; with ``limit``,
+    only the first ``limit`` fragments of them (see :func:`_within`)."""
 
     name: str
     arguments: dict[str, Any]
+    limit: int | None = None
 
     @property
     def json(self) -> str:
-        """The arguments as the APIs send them: a JSON string."""
+        """The arguments as the APIs send them: a JSON string (cut: its first fragments)."""
+        return "".join(self.fragments) if self.cut else self._whole
+
+    @property
+    def _whole(self) -> str:
         return json.dumps(self.arguments, separators=(",", ":"), ensure_ascii=False)
 
     @property
     def fragments(self) -> list[str]:
         """:attr:`json` in the pieces a stream sends (their number: the output tokens)."""
-        found: list[str] = _FRAGMENT_RE.findall(self.json)
-        return found
+        found: list[str] = _FRAGMENT_RE.findall(self._whole)
+        return found[: self.limit]
+
+    @property
+    def cut(self) -> bool:
+        """Whether ``limit`` leaves some of the arguments out."""
+        return self.limit is not None and self.limit < len(_FRAGMENT_RE.findall(self._whole))
 
     def chat_deltas(self) -> list[dict[str, Any]]:
         """The call as a stream's ``tool_calls`` items: its id and name (no arguments yet),
@@ -78,8 +93,24 @@ class _Call:
             "type": "tool_use",
             "id": "toolu_fake_0",
             "name": self.name,
-            "input": self.arguments,
+            "input": {} if self.cut else self.arguments,
         }
+
+
+def _within(
+    pieces: list[str], call: _Call | None, limit: Any
+) -> tuple[list[str], _Call | None, str]:
+    """An answer (its text ``pieces``, or the forced ``call``) within ``limit`` output tokens
+    (an int; anything else: none), and its finish reason: ``length`` when the limit cut it,
+    else ``tool_calls`` for a call and ``stop`` for text. Every route cuts its answer here."""
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return pieces, call, "stop" if call is None else "tool_calls"
+    if call is not None:
+        call = replace(call, limit=limit)
+        return pieces, call, "length" if call.cut else "tool_calls"
+    if limit < len(pieces):
+        return pieces[:limit], None, "length"
+    return pieces, None, "stop"
 
 
 def _forced_call(body: dict[str, Any]) -> _Call | None:
