@@ -4,7 +4,10 @@ input is left to pydantic (its errors unchanged)."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
+import re
 from typing import Any
 
 import pytest
@@ -285,3 +288,29 @@ def test_a_model_pydantic_refuses_is_refused_whatever_came_before() -> None:
     assert quick_request({"messages": plain, "model": "gpt-4o"}) is not None
     with pytest.raises(RequestValidationError):
         validate_request({"messages": plain, "model": "\ud800"})
+
+
+def _rules_fingerprint() -> str:
+    """What the quick path copies from the models: each field's type, default and
+    constraints, and the source of their validators (a changed bound, a new field constraint
+    or a new validator)."""
+    parts = []
+    for model in (ChatRequest, Message):
+        for name, field in model.model_fields.items():
+            described = f"{name} {field.annotation} {field.default!r} {field.metadata}"
+            parts.append(re.sub(r" at 0x[0-9a-f]+", "", described))  # (no addresses)
+        decorators = model.__pydantic_decorators__
+        validators: dict[str, Any] = {
+            **decorators.model_validators,
+            **decorators.field_validators,
+        }
+        for name, decorator in sorted(validators.items()):
+            parts.append(name + inspect.getsource(decorator.func))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def test_the_quick_path_is_rechecked_when_the_models_rules_change() -> None:
+    """The quick path repeats the models' rules by hand. When this fails, read the change to
+    ``ChatRequest`` / ``Message``, make ``_quick_request`` check it the same way (or leave
+    that shape to pydantic), add a case above, then pin the new fingerprint here."""
+    assert _rules_fingerprint() == "21aedf54477275b8"
