@@ -76,7 +76,7 @@ def test_the_fake_refuses_an_unknown_parameter_as_openai_does(fake: FakeProvider
 
 
 def test_the_fake_knows_the_parameters_openai_s_types_list() -> None:
-    from llmguard_sdk.testing._responses import RESPONSES_PARAMETERS
+    from llmguard_sdk.providers._responses_params import RESPONSES_PARAMETERS
 
     assert frozenset(RESPONSES_PARAMETERS) == _RESPONSES_FIELDS
 
@@ -181,3 +181,45 @@ def test_text_only_modalities_are_served(fake: FakeProvider) -> None:
     with Guard(_responses(fake), environ={}) as guard:
         assert guard.chat(USER, extra_body={"modalities": ["text"]}).route == "primary"
     assert "modalities" not in _bodies(fake)[0]
+
+
+def test_a_vendor_s_parameter_openai_lacks_is_left_out_and_said(
+    fake: FakeProvider, fake2: FakeProvider
+) -> None:
+    """``top_k`` (vLLM's, Anthropic's ...) is no OpenAI parameter: OpenAI answers it with a
+    400 that ended the chain. The Responses route leaves it out with a warning (once), and the
+    chat route after it still gets it."""
+    extra: dict[str, Any] = {"top_k": 40, "min_p": 0.1, "repetition_penalty": 1.1}
+    chat = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name=fake2.name)
+    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert guard.chat(USER, extra_body=extra).route == "primary"
+        with guard.chat(USER, stream=True, extra_body=extra) as stream:
+            assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    dropped = [str(w.message) for w in said if issubclass(w.category, DroppedParameterWarning)]
+    assert sorted(m.split("'")[1] for m in dropped) == sorted(extra)  # once each
+    assert all("not an OpenAI parameter" in m for m in dropped)
+    for body in _bodies(fake):
+        assert set(body) <= _RESPONSES_FIELDS
+    with Guard([chat], environ={}) as guard:
+        guard.chat(USER, extra_body=extra)
+    assert set(extra) <= set(_bodies(fake2)[0])
+
+
+def test_a_key_named_responses_only_is_sent_as_given(fake: FakeProvider) -> None:
+    """The caller's word that a key is for Responses routes (a server of the Responses API
+    that takes more than OpenAI's) sends it as it is."""
+    from llmguard_sdk.providers.wire import RESPONSES_ONLY_KEY
+
+    request = ChatRequest(
+        messages=[Message(role="user", content="hi")],
+        extra_body={"top_k": 5},
+        metadata={RESPONSES_ONLY_KEY: "top_k"},
+    )
+    route = _responses(fake)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DroppedParameterWarning)
+            assert route._payload(request, "m", stream=False)["top_k"] == 5
+    finally:
+        route.close()

@@ -14,6 +14,13 @@ call is an :class:`~llmguard_sdk.errors.UnsupportedRequestError` before anything
 a chain moves on to its next route. OpenAI answers any of them sent as they are with a 400
 (``Unknown parameter: 'n'.``, ``Unsupported parameter: 'response_format'. In the Responses
 API, this parameter has moved to 'text.format'.``), which no other route would get to try.
+
+A vendor's parameter in ``extra_body`` that neither API has (``top_k``, ``min_p`` ...: sent
+for a vLLM or Claude route of the same chain) is **dropped** as well (:func:`foreign`), not
+refused: it shapes sampling like those dropped above, and refusing it would skip the
+Responses route on every call of a chain that sends it for another route. A caller whose
+Responses route takes it (a server of the API that takes more than OpenAI's) names it in
+``metadata[RESPONSES_ONLY_KEY]``, and it is sent as given.
 """
 
 from __future__ import annotations
@@ -24,8 +31,48 @@ from typing import Any
 
 from ..models import ChatRequest
 from ._responses_reasoning import included
-from .wire import sent_extra_body
+from .wire import RESPONSES_ONLY_KEY, named_keys, sent_extra_body
 
+RESPONSES_PARAMETERS = frozenset(
+    {
+        "access_programs",
+        "background",
+        "background_options",
+        "context_management",
+        "conversation",
+        "image",
+        "include",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "max_tool_calls",
+        "metadata",
+        "model",
+        "moderation",
+        "parallel_tool_calls",
+        "previous_response_id",
+        "prompt",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning",
+        "safety_identifier",
+        "service_tier",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "text",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "user",
+    }
+)
+"""The parameters of a Responses request (openai's ``ResponseCreateParams``): OpenAI refuses
+any other with a 400 (``Unknown parameter``), as the fake does."""
 _TEXT_LOGPROBS = "message.output_text.logprobs"
 # a request's own fields that CHAT_ONLY names (the rest of its fields the API has as they are)
 _FIELDS = frozenset({"max_tokens", "max_completion_tokens", "seed", "stop", "response_format"})
@@ -105,6 +152,27 @@ def chat_parameters(request: ChatRequest) -> dict[str, Any]:
     asked = request.model_dump(include=set(_FIELDS), exclude_none=True)
     asked.update(sent_extra_body(request, responses=True))
     return {k: v for k, v in asked.items() if k in CHAT_ONLY and v is not None}
+
+
+FOREIGN = "not an OpenAI parameter, as a vendor's top_k or min_p: the answer is made without it"
+"""What the answer lacks without a vendor's parameter (:func:`foreign`) a Responses route
+leaves out."""
+
+
+def foreign(request: ChatRequest) -> list[str]:
+    """``request``'s ``extra_body`` keys that neither OpenAI's Responses API nor chat
+    completions has (a vendor's: vLLM's or Anthropic's ``top_k``, ``min_p``,
+    ``repetition_penalty`` ...), which OpenAI answers with a 400 (``Unknown parameter``):
+    a Responses route leaves them out, as it leaves out chat's sampling-only parameters
+    (they shape sampling, or what OpenAI's API cannot do at all), unless the caller names
+    them in ``request.metadata[RESPONSES_ONLY_KEY]`` (a server of the Responses API that
+    takes more than OpenAI's: sent as given)."""
+    extra = sent_extra_body(request, responses=True)
+    if not extra:
+        return []
+    named = set(named_keys(request, RESPONSES_ONLY_KEY))
+    known = RESPONSES_PARAMETERS | CHAT_ONLY.keys() | named
+    return [key for key in extra if key not in known]
 
 
 def refusal(asked: Mapping[str, Any]) -> str | None:

@@ -29,7 +29,10 @@ not sent, and a :class:`~llmguard_sdk.errors.DroppedParameterWarning` says so on
 and parameter; those the caller depends on (``n`` above 1, ``audio`` or audio
 ``modalities``, legacy ``functions`` / ``function_call``, ``web_search_options``) are an
 :class:`~llmguard_sdk.errors.UnsupportedRequestError` before anything is sent. OpenAI
-answers any of them sent as they are with a 400 that no other route would get to try.
+answers any of them sent as they are with a 400 that no other route would get to try. So too
+a vendor's parameter in ``extra_body`` that OpenAI has not (``top_k``, ``min_p`` ...): it is
+not sent, and a :class:`~llmguard_sdk.errors.DroppedParameterWarning` says so (a key named
+in ``metadata[RESPONSES_ONLY_KEY]`` is sent as given).
 
 .. versionadded:: 0.2.0
 """
@@ -54,7 +57,15 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
-from ._responses_params import CHAT_ONLY, chat_parameters, dropped, refusal, translate
+from ._responses_params import (
+    CHAT_ONLY,
+    FOREIGN,
+    chat_parameters,
+    dropped,
+    foreign,
+    refusal,
+    translate,
+)
 from ._responses_reasoning import StreamedItems, keep_reasoning
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
@@ -116,6 +127,7 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
     .. versionchanged:: 0.2.0 chat's parameters the Responses API lacks, in ``extra_body``
        too, are translated, dropped or refused (they were sent, and OpenAI's 400 ended the
        chain).
+       A vendor's parameter OpenAI lacks (``top_k`` ...) is not sent, with a warning.
 
     .. versionadded:: 0.2.0
     """
@@ -145,7 +157,7 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
         problem = refusal(asked)
         if problem is not None:
             raise UnsupportedRequestError(problem, route=self.name)
-        self._say_dropped(dropped(asked))
+        self._say_dropped({**dropped(asked), **dict.fromkeys(foreign(request), FOREIGN)})
         return payload
 
     def _say_dropped(self, lacking: Mapping[str, str]) -> None:
@@ -261,7 +273,8 @@ def build_responses_payload(
     reasoning = extra.pop("reasoning", None)  # a Responses caller's, whole (its summary)
     if isinstance(reasoning, Mapping) and reasoning:
         payload["reasoning"] = dict(reasoning)
-    payload.update({k: v for k, v in extra.items() if k not in CHAT_ONLY})
+    unsent = CHAT_ONLY.keys() | foreign(request)
+    payload.update({k: v for k, v in extra.items() if k not in unsent})
     translate(payload, chat_parameters(request), stream=stream)
     if store is not None:
         payload.setdefault("store", store)

@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import RequestValidationError
 from ..models import StreamChunk, Usage
 from ..providers._responses_input import chat_messages
+from ..providers._responses_params import RESPONSES_PARAMETERS
 from ..providers._responses_wire import Answer, EventWriter
 from ..providers.responses import MIN_OUTPUT_TOKENS
 from ._faults import Fault
@@ -50,46 +51,6 @@ from ._wire import (
 )
 
 RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
-RESPONSES_PARAMETERS = frozenset(
-    {
-        "access_programs",
-        "background",
-        "background_options",
-        "context_management",
-        "conversation",
-        "image",
-        "include",
-        "input",
-        "instructions",
-        "max_output_tokens",
-        "max_tool_calls",
-        "metadata",
-        "model",
-        "moderation",
-        "parallel_tool_calls",
-        "previous_response_id",
-        "prompt",
-        "prompt_cache_key",
-        "prompt_cache_options",
-        "prompt_cache_retention",
-        "reasoning",
-        "safety_identifier",
-        "service_tier",
-        "store",
-        "stream",
-        "stream_options",
-        "temperature",
-        "text",
-        "tool_choice",
-        "tools",
-        "top_logprobs",
-        "top_p",
-        "truncation",
-        "user",
-    }
-)
-"""The parameters of a Responses request (openai's ``ResponseCreateParams``); the fake refuses
-any other as OpenAI does."""
 # chat completions' parameters OpenAI's Responses API names otherwise, and its word for them
 _MOVED = {
     "messages": "input",
