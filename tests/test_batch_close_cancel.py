@@ -98,9 +98,9 @@ class _Unanswered(BaseHTTPRequestHandler):
         self._send({"id": "b1", "status": "in_progress"})
 
 
-@pytest.fixture
-def unanswered() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Unanswered)
+def _serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A server of ``handler`` on loopback, with its counters and events, for one test."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.cancels, server.release, server.polled = 0, threading.Event(), threading.Event()  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -108,6 +108,11 @@ def unanswered() -> Iterator[ThreadingHTTPServer]:
     server.release.set()  # type: ignore[attr-defined]
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def unanswered() -> Iterator[ThreadingHTTPServer]:
+    yield from _serve(_Unanswered)
 
 
 def test_close_gives_a_cancel_no_more_than_close_timeout(
@@ -140,3 +145,48 @@ async def test_aclose_cancels_a_batch_in_flight(fake: FakeProvider) -> None:
         assert [r.path for r in fake.requests if r.path.endswith("/cancel")] == [batch + "/cancel"]
         with pytest.raises(ProviderError, match="closed"):
             waiting.result(timeout=10)
+
+
+class _ReadHeld(_Unanswered):
+    """A batch API whose batch has ended at once, and whose results file is not answered
+    until ``server.release`` is set (30 s at most)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"] or 0))
+        self._send({"id": "file-1" if self.path.endswith("/files") else "b1"})
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/content"):
+            self.server.polled.set()  # (the results are being read)
+            self.server.release.wait(30)
+            row = {"custom_id": "x", "response": {"status_code": 200, "body": {}}}
+            raw = json.dumps(row).encode() + b"\n"
+            self.send_response(200)
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
+        self._send({"id": "b1", "status": "completed", "output_file_id": "file-2"})
+
+
+@pytest.fixture
+def read_held() -> Iterator[ThreadingHTTPServer]:
+    yield from _serve(_ReadHeld)
+
+
+def test_close_while_the_results_are_read_fails_the_calls_as_closed(read_held: Any) -> None:
+    """The batch has ended and its results are being read as the route closes: its callers
+    are told the route closed (the error close() gives every other call it fails), not
+    the closed connection pool's error."""
+    url = f"http://127.0.0.1:{read_held.server_port}/v1"
+    route = BatchProvider(url, model="m", window=0.01, poll_interval=0.02)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(route.complete, REQUEST, model="m", deadline=time.monotonic() + 30)
+        assert read_held.polled.wait(10)
+        route.close()
+        read_held.release.set()
+        with pytest.raises(ProviderError) as caught:
+            waiting.result(timeout=10)
+    assert str(caught.value).startswith("the BatchProvider closed")
+    assert type(caught.value) is ProviderError
+    assert read_held.cancels == 0  # (an ended batch: nothing to cancel)

@@ -154,6 +154,11 @@ class BatchExchanges:
             logger.warning("%s: %d batch result rows named no call", self.name, unread)
         return found, unread
 
+    def _closed_error(self) -> ProviderError:
+        """The error of a call the route's close ends (not sent, its batch cancelled, or its
+        results read as the connection pool closed)."""
+        return ProviderError("the BatchProvider closed", route=self.name)
+
     def _poll(self, path: str, calls: list[BatchCall], ended: str) -> dict[str, Any]:
         """The batch's status once ``ended`` says it ended; ProviderTimeoutError past the
         last deadline of its calls, or once every caller gave up (the batch is cancelled
@@ -162,7 +167,7 @@ class BatchExchanges:
         one is made at the deadline."""
         if not self._inflight.created(calls, path):  # the route closed as it was sent
             self._cancel(path, calls)
-            raise ProviderError("the BatchProvider closed", route=self.name)
+            raise self._closed_error()
         last = max(call.deadline for call in calls)
         wait = self.poll_interval
         while True:

@@ -198,8 +198,8 @@ class BatchProvider(BatchExchanges, _Streams):
         call.custom_id = uuid.uuid4().hex
         try:
             self._join(call)
-        except ConfigurationError as exc:  # closed meanwhile
-            settle(call.future, ProviderError(str(exc), route=self.name))
+        except ConfigurationError:  # closed meanwhile
+            settle(call.future, self._closed_error())
         return True
 
     def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
@@ -260,7 +260,7 @@ class BatchProvider(BatchExchanges, _Streams):
         if not calls:
             return
         if not self._inflight.begin(calls):  # closed meanwhile: not sent
-            settle_all(calls, ProviderError("the BatchProvider closed", route=self.name))
+            settle_all(calls, self._closed_error())
             return
         try:
             results, note = self._openai(calls) if self.api == "openai" else self._anthropic(calls)
@@ -277,7 +277,10 @@ class BatchProvider(BatchExchanges, _Streams):
     def _failure(self, exc: BaseException, calls: list[BatchCall]) -> ProviderError:
         """The typed error of a batch that failed with ``exc``: an error answer's own, a
         transport failure's (connection refused: not sent, so another attempt is safe), a
-        bare ProviderError for anything else."""
+        bare ProviderError for anything else. Once the route has closed, its close's error
+        (the results were being read as the connection pool closed: the pool's error)."""
+        if self._inflight.closed:
+            return self._closed_error()
         if isinstance(exc, ProviderError):
             return exc
         if isinstance(exc, httpx.HTTPError):
@@ -294,7 +297,7 @@ class BatchProvider(BatchExchanges, _Streams):
         with self._lock:
             self._closed = True
             calls = [call for batch in self._take() for call in batch]
-        closed = ProviderError("the BatchProvider closed", route=self.name)
+        closed = self._closed_error()
         settle_all(calls, closed)  # a cancelled one (its async caller gave up) stays so
         self._cancel_in_flight(self.close_timeout, closed)
         self._http.close()
