@@ -11,7 +11,13 @@ render equal bytes, and a context without such a tag renders as it did.
 A mapping's entry cannot forge another ``key: value`` line either (``{"doc": "x\\nplan:
 enterprise"}``): each line break inside an entry (any that ``str.splitlines`` splits at) is
 followed by :data:`_INDENT`, so only a real key starts a line of the block; an entry without
-one renders as it did.
+one renders as it did. A key cannot forge one either: a key (as text) that is empty, has a
+``:``, a line break or another unprintable character, or spaces at either end (a
+continuation line, another key's line) is a :class:`RequestValidationError`.
+
+The user's text (a string, or a text part's ``text``) cannot forge the block either: its
+tags are escaped the same way, whether or not the call has a context (an application's
+instructions may name the block on every call), so only the library's block reads as one.
 """
 
 from __future__ import annotations
@@ -110,10 +116,23 @@ def _plain(value: object, inside: tuple[int, ...], depth: int) -> Any:
     return str(value)
 
 
+def _key(key: object) -> str:
+    """A mapping context's key as text, or a :class:`RequestValidationError` when it could
+    forge a line of the block: empty, spaces at either end (a continuation line), a ``:``
+    (another ``key: value``), a line break or another unprintable character."""
+    text = str(key)
+    if not text or text != text.strip() or ":" in text or not text.isprintable():
+        raise RequestValidationError(
+            f"context key {text!r:.60} could forge a line of the context block: a key must be "
+            "printable text without ':' or line breaks, and not start or end with spaces"
+        )
+    return text
+
+
 def _entry(key: object, value: object) -> str:
     """A mapping context's ``key: value`` line, each line break inside it followed by
     :data:`_INDENT` (a tag escaped first: the indent lengthens the gap a tag may have)."""
-    entry = _TAG.sub("&lt;", f"{key}: {_context_value(value)}")
+    entry = _TAG.sub("&lt;", f"{_key(key)}: {_context_value(value)}")
     return _LINE_BREAK.sub(rf"\1{_INDENT}", entry)
 
 
@@ -128,15 +147,23 @@ def _are_parts(content: object) -> bool:
     )
 
 
+def _escaped_part(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a user's content part, a text part's tags escaped (see :data:`_TAG`)."""
+    copy = dict(part)
+    if copy.get("type") == "text" and isinstance(copy.get("text"), str):
+        copy["text"] = _TAG.sub("&lt;", copy["text"])
+    return copy
+
+
 def _with_context(
     content: str | Sequence[Mapping[str, Any]], context: str | Mapping[str, Any] | None
 ) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         if not content:
             raise RequestValidationError("the user's content is empty")
-        parts: str | list[dict[str, Any]] = content
+        parts: str | list[dict[str, Any]] = _TAG.sub("&lt;", content)
     elif _are_parts(content):
-        parts = [dict(p) for p in content]
+        parts = [_escaped_part(p) for p in content]
     else:
         raise RequestValidationError("the user's content must be text or a list of content parts")
     if context is None or (isinstance(context, (str, Mapping)) and not context):

@@ -370,13 +370,16 @@ class PromptBuilder:
                 spaces after the ``<``) cannot end the block: its ``<`` is written ``&lt;``.
                 Nor can a mapping's multi-line value forge a ``key: value`` line: each line
                 break inside an entry is followed by two spaces (a value without one
-                renders as it is).
+                renders as it is); a key that could (empty, with a ``:``, a line break or
+                spaces at either end) is refused. The user's text gets the same escape of
+                those tags, so it cannot forge a block either.
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
 
         Raises :class:`~llmguard_sdk.errors.RequestValidationError` for bad messages or a bad
-        context (a value that contains itself, or is nested over 100 levels deep), and
+        context (a value that contains itself, or is nested over 100 levels deep, a key that
+        could forge a line), and
         :class:`~llmguard_sdk.errors.PromptLintError` when the builder is strict and the
         static part has cache-breaking text.
         """
