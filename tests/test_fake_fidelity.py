@@ -164,9 +164,10 @@ def test_a_messages_stream_fails_with_an_error_event(
     ):
         _drain(stream.text_stream, texts)
     assert texts == ["Echo:"]
-    assert raised.value.body == {
+    assert raised.value.body == {  # (the stream's request id in it, as Anthropic's has)
         "type": "error",
         "error": {"type": "overloaded_error", "message": "Overloaded"},
+        "request_id": raised.value.response.headers["request-id"],
     }
 
 

@@ -94,6 +94,9 @@ def test_messages_cuts_a_forced_call_at_max_tokens(
     answer = claude.messages.create(**CLAUDE_CALL)
     assert answer.stop_reason == "max_tokens"
     assert [block.type for block in answer.content] == ["tool_use"]
+    # the parameters complete before the cut, as Anthropic's buffered input has them (d's
+    # value "x" was cut before its closing quote: it could have gone on)
+    assert answer.content[0].input == {"a": "x", "b": "x", "c": "x"}
     assert answer.usage.output_tokens == LIMIT
     with claude.messages.stream(**CLAUDE_CALL) as stream:
         events = list(stream)
@@ -130,4 +133,5 @@ def test_batches_cut_a_forced_call_as_the_endpoints_do(
     (result,) = claude.messages.batches.results(batch.id)
     assert result.result.type == "succeeded"
     assert result.result.message.stop_reason == "max_tokens"
+    assert result.result.message.content[0].input == {"a": "x", "b": "x", "c": "x"}  # type: ignore[union-attr]
     assert result.result.message.usage.output_tokens == LIMIT

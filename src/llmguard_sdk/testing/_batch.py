@@ -51,12 +51,14 @@ from typing import TYPE_CHECKING, Any
 from ._http import _BaseHandler
 from ._tool_args import _Call, _forced_call, _within
 from ._wire import (
+    _BASE58,
     _STOP_REASONS,
     _anthropic_error,
     _anthropic_tokens,
     _dumps,
     _error_body,
     _openai_tokens,
+    _request_id,
     _split_pieces,
 )
 
@@ -67,6 +69,21 @@ __all__ = ["BATCH_PREFIXES"]
 
 BATCH_PREFIXES = ("/v1/files", "/v1/batches", "/v1/messages/batches")
 _LOCK = threading.Lock()
+
+
+def _hex_id(prefix: str) -> str:
+    """A new id as OpenAI's batches and their rows have: ``prefix`` and 32 hex digits."""
+    return prefix + uuid.uuid4().hex
+
+
+def _base58_id(prefix: str) -> str:
+    """A new id of ``prefix`` and 22 base58 characters: OpenAI's ``file-`` ids, and with
+    ``msgbatch_01`` Anthropic's batch ids (``msgbatch_01HkcTjaV5uDC8jWR4ZsDV8d``)."""
+    number, tail = uuid.uuid4().int, ""
+    for _ in range(22):
+        number, digit = divmod(number, 58)
+        tail += _BASE58[digit]
+    return prefix + tail
 
 
 class _Store:
@@ -258,7 +275,7 @@ class _BatchHandler(_BaseHandler):
         uploaded = _multipart_file({k.lower(): v for k, v in self.headers.items()}, raw)
         if uploaded is None or uploaded[1] != "batch":
             return 400, _error_body("a batch file upload (purpose=batch)", "invalid_request", None)
-        file_id = f"file-{uuid.uuid4().hex[:16]}"
+        file_id = _base58_id("file-")
         store.files[file_id] = uploaded[0]
         return 200, {"id": file_id, "object": "file", "purpose": "batch", "bytes": len(raw)}
 
@@ -276,9 +293,13 @@ class _BatchHandler(_BaseHandler):
             answer = _chat_answer(provider, item["body"], n * 100_000 + i)
             out.append(
                 {
-                    "id": f"batch_req_{i}",
+                    "id": _hex_id("batch_req_"),
                     "custom_id": item["custom_id"],
-                    "response": {"status_code": 200, "request_id": f"r{i}", "body": answer},
+                    "response": {
+                        "status_code": 200,
+                        "request_id": _request_id(n * 100_000 + i),
+                        "body": answer,
+                    },
                     "error": None,
                 }
             )
@@ -294,9 +315,9 @@ class _BatchHandler(_BaseHandler):
         for key, kept in (("output_file_id", done), ("error_file_id", failed)):
             batch[key] = None
             if kept:
-                batch[key] = f"file-{uuid.uuid4().hex[:16]}"
+                batch[key] = _base58_id("file-")
                 store.files[batch[key]] = _jsonl(kept)
-        batch_id = f"batch_{uuid.uuid4().hex[:16]}"
+        batch_id = _hex_id("batch_")
         store.batches[batch_id] = batch
         return 200, self._openai_status(batch_id, batch, answer="validating")
 
@@ -321,7 +342,7 @@ class _BatchHandler(_BaseHandler):
         if outcome is not None:
             rows = [_anthropic_unrun(row["custom_id"], outcome) for row in rows]
         edited = _edited(provider, rows)
-        batch_id = f"msgbatch_{uuid.uuid4().hex[:16]}"
+        batch_id = _base58_id("msgbatch_01")
         store.batches[batch_id] = {
             "kind": "anthropic",
             **_clock(provider.batch_seconds),

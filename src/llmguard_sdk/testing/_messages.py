@@ -186,7 +186,7 @@ class _MessagesHandler(_BaseHandler):
                 return
             delta = {"type": "text_delta", "text": piece}
             self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
-        error = _anthropic_error(fault.status or 529, fault.message, fault.error_code)
+        error = _anthropic_error(fault.status or 529, fault.message, fault.error_code, n=n)
         self._event(b"event: error\ndata: " + error + b"\n\n", last=True)
         if not self._chunked:
             self.close_connection = True

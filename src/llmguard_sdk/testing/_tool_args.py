@@ -16,7 +16,8 @@ JSON punctuation, names and values apart, so ``{"city":"x"}`` is ``{"``, ``city`
 ``x``, ``"}``), and each fragment counts one output token, as each piece of text does. An
 output limit under their number cuts the call there (:func:`_within`), on every route, plain
 and streamed: the arguments are a cut JSON string (a Messages ``tool_use`` block, whose
-``input`` is an object, gets ``{}``; its stream sends the cut fragments) and the answer
+``input`` is an object, gets the parameters whose values were whole before the cut, as
+Anthropic's buffered input has them; its stream sends the cut fragments) and the answer
 ends as one cut at the limit (``length``).
 """
 
@@ -93,8 +94,22 @@ class _Call:
             "type": "tool_use",
             "id": "toolu_fake_0",
             "name": self.name,
-            "input": {} if self.cut else self.arguments,
+            "input": self._complete_part() if self.cut else self.arguments,
         }
+
+    def _complete_part(self) -> dict[str, Any]:
+        """The arguments whose values the cut :attr:`json` holds whole, up to the first it
+        cuts: Anthropic buffers each parameter until it is complete, so a plain answer cut
+        at ``max_tokens`` has the parameters finished before the cut (a value is whole once
+        the ``,`` or ``}`` after it is in: a number or string could go on before it)."""
+        sent, kept = len(self.json), dict[str, Any]()
+        for key, value in self.arguments.items():
+            kept[key] = value
+            written = json.dumps(kept, separators=(",", ":"), ensure_ascii=False)
+            if len(written) > sent:  # (its closing "}" stands where the next "," would)
+                del kept[key]
+                break
+        return kept
 
 
 def _within(

@@ -376,8 +376,8 @@ def _anthropic_error(
     status: int, message: str, code: str | None = None, *, n: int | None = None
 ) -> bytes:
     """Anthropic's error body; ``code``, the cause, in ``error.details.error_code``; with
-    ``n``, the request's id in ``request_id`` as an HTTP error answers it (an error event in
-    a stream has none)."""
+    ``n``, the request's id in ``request_id``, as Anthropic's HTTP errors and a stream's
+    ``event: error`` both carry it."""
     kind = _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
     error: dict[str, Any] = {"type": kind, "message": message}
     if code is not None:
