@@ -5,7 +5,9 @@ the call on, start the second (if its breaker and its rate limit let it, now: a 
 waited for a slot would defeat its purpose). The first leg ready wins (a whole answer, or a
 stream's first content); the other is ended and gives its permit and lease back. At the
 deadline every leg still running counts as a timeout. A hedged pair is not retried; if both
-fail, the route loop goes on with the next routes.
+fail, the route loop goes on with the next routes. A loser whose answer (or a stream's first
+content) had arrived too by the time the race was decided is charged what it used (its usage,
+else its counted output), not an estimate.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from collections.abc import Generator
 from typing import Any
 
 from ..errors import ProviderError, ProviderTimeoutError
-from ..models import ChatResponse
+from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..store import Step
+from ..tokens import count_text_tokens
 from . import limits, plan, routes
 from .limits import Reservation
 from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
@@ -71,6 +74,8 @@ class _Race:
         self.legs = {first.route.name: first}
         self.errors: dict[str, ProviderError] = {}
         self.winner: tuple[_Leg, LegEvent] | None = None
+        self.won_usage: Usage | None = None  # a plain call's winner's usage, read once
+        self.answered: dict[str, LegEvent] = {}  # losers whose answer had arrived too
         self.unexpected: BaseException | None = None
         self.hedged = False
 
@@ -90,6 +95,7 @@ def race(
     try:
         yield _start(run, state.legs[first.name])
         yield from _until_decided(state)
+        yield from _answered_too(state)
         yield _stop(state)
     except BaseException:  # closed or cancelled mid-race: every running leg gives back
         for leg in state.running():
@@ -137,6 +143,10 @@ def _ended(state: _Race, event: LegEvent) -> bool:
         return False
     if event.error is None:
         state.winner = (leg, event)
+        if isinstance(event.value, ChatResponse):  # (settled and priced from this one count)
+            state.won_usage = limits.response_usage(
+                state.run.ctx, leg.route, leg.reservation, event.value
+            )
         return False
     run = state.run
     state.errors[leg.route.name] = event.error
@@ -145,6 +155,21 @@ def _ended(state: _Race, event: LegEvent) -> bool:
     run.settle(leg.reservation, used=sent, error=event.error)  # (sent: its prompt kept)
     run.record(leg.route, event.error, elapsed_since(leg.started))
     return True
+
+
+def _answered_too(state: _Race) -> Generator[Any, Any, None]:
+    """Once a leg has won, take what the others sent meanwhile (without waiting): a loser's
+    answer, charged as it used (:func:`_stop`), or its failure, settled as one."""
+    if state.winner is None:
+        return
+    while state.running():
+        event: LegEvent | None = yield AwaitLeg(0.0)
+        if event is None:
+            return
+        if event.error is not None:
+            _ended(state, event)
+        elif event.unexpected is None:  # (a loser's bug: stopped as any loser)
+            state.answered[event.route] = event
 
 
 def _moves_on(state: _Race, error: ProviderError | None) -> bool:
@@ -201,29 +226,76 @@ def _stop(state: _Race) -> StopLegs:
             # its prompt kept, its output back (as a plain call that timed out)
             after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt (and output)
-            limits.cut_off(run.ctx, leg.route, leg.reservation, _loser_output(state, leg))
             if run.stages.routing is not None:  # (no outcome for its breaker: no failure)
                 run.stages.routing.outlasted(leg.route.name, elapsed_since(leg.started))
-            after[leg.route.name] = run.give_back_steps(leg.route, leg.reservation)
+            after[leg.route.name] = _lost(state, leg)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)
 
 
+def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
+    """Charge a loser (``ctx.unserved``) and return the steps that give back its permit and
+    lease: what it used when its answer had arrived too (its rate limit settled to that),
+    else its prompt and an estimate of its output (:func:`_loser_output`)."""
+    run = state.run
+    answered = state.answered.get(leg.route.name)
+    if answered is None:
+        limits.cut_off(run.ctx, leg.route, leg.reservation, _loser_output(state, leg))
+        return run.give_back_steps(leg.route, leg.reservation)
+    used, headers = _answer_usage(state, leg, answered)
+    run.ctx.unserved.append((leg.route.name, used))
+    settle = run.settle_steps(leg.reservation, used=used, headers=headers)
+    return run.release_steps(leg.route) + settle
+
+
+def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict[str, str] | None]:
+    """What a loser whose answer arrived used, and its headers: a plain answer's usage (else
+    its counted text, as a winner's); a stream's first content, counted (its text, its
+    reasoning and thinking pieces, its tool calls' arguments), beside its prompt."""
+    ctx = state.run.ctx
+    if isinstance(event.value, ChatResponse):
+        response = event.value
+        return limits.response_usage(ctx, leg.route, leg.reservation, response), response.headers
+    buffered: list[StreamChunk] = event.value[0] if event.value is not None else []
+    model = next((chunk.model for chunk in reversed(buffered) if chunk.model), None)
+    text = "".join(_streamed_text(chunk) for chunk in buffered)
+    output = count_text_tokens(text, limits.answer_model(ctx, leg.route, model)).tokens
+    sent = limits.sent_input(ctx, leg.route, leg.reservation)
+    headers: dict[str, str] = {}
+    for chunk in buffered:
+        headers.update(chunk.headers or {})
+    return Usage(input_tokens=sent, output_tokens=output, estimated=True), headers
+
+
+def _streamed_text(chunk: StreamChunk) -> str:
+    """The output a stream's chunk carries, as text to count: its text, its reasoning and
+    thinking pieces, its tool calls' arguments."""
+    parts = [chunk.text]
+    reasoning = chunk.metadata.get("reasoning")
+    if isinstance(reasoning, str):
+        parts.append(reasoning)
+    thinking = chunk.metadata.get("thinking")
+    for block in thinking if isinstance(thinking, list) else ():
+        if isinstance(block, dict) and isinstance(block.get("thinking"), str):
+            parts.append(block["thinking"])
+    for call in chunk.tool_calls or ():
+        arguments = (call.get("function") or {}).get("arguments")
+        if isinstance(arguments, str):
+            parts.append(arguments)
+    return "".join(parts)
+
+
 def _loser_output(state: _Race, leg: _Leg) -> int:
-    """The output tokens a loser is charged beside its prompt. A stream's loser had streamed
-    no content when the winner's first came (it would have won): the tokens it streamed so
-    far, none. A plain call's loser is an estimate: as many as the winner's answer used (the
-    same request; a provider that has not noticed the hang-up finishes the answer and bills
-    it), up to the output the call allows it."""
-    run, winner = state.run, state.winner
-    if winner is None or run.streaming:
+    """The output tokens a loser is charged beside its prompt when its answer has not
+    arrived. A stream's loser had streamed no content when the winner's first came (it would
+    have won): the tokens it streamed so far, none. A plain call's loser is an estimate: as
+    many as the winner's answer used (the same request; a provider that has not noticed the
+    hang-up finishes the answer and bills it), up to the output the call allows it."""
+    run, used = state.run, state.won_usage
+    if used is None or run.streaming:
         return 0
-    won, event = winner
-    if not isinstance(event.value, ChatResponse):
-        return 0
-    answer = limits.response_usage(run.ctx, won.route, won.reservation, event.value)
     allowed = leg.reservation.output if leg.reservation else run.ctx.request.output_limit
-    output = answer.output_tokens
+    output = used.output_tokens
     return min(output, int(allowed)) if allowed else output
 
 
@@ -244,17 +316,17 @@ def _outcome(state: _Race) -> Outcome:
             )
         return None
     run.ctx.route_errors.update(state.errors)
-    return _won(run, *state.winner)
+    return _won(run, *state.winner, state.won_usage)
 
 
-def _won(run: Run, leg: _Leg, event: LegEvent) -> ChatResponse | Preopened:
+def _won(run: Run, leg: _Leg, event: LegEvent, used: Usage | None) -> ChatResponse | Preopened:
     """The race's winner: a plain call's answer (recorded and settled here), or a stream to
     be read by the route loop (recorded and settled when it ends)."""
     if isinstance(event.value, ChatResponse):
         response = event.value
         leg.record.end()
         run.record(leg.route, None, elapsed_since(leg.started))
-        used = limits.response_usage(run.ctx, leg.route, leg.reservation, response)
+        assert used is not None  # (read as the race was decided)
         if leg.reservation is not None:
             run.settle(leg.reservation, used=used, headers=response.headers)
         run.ctx.route = leg.route.name
