@@ -17,6 +17,7 @@ import pytest
 from llmguard_sdk.budget import RedisBudgetBackend
 from llmguard_sdk.budget import journal as journal_module
 from llmguard_sdk.budget.policy import CounterSpec
+from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.store import RedisStore
 
 pytestmark = pytest.mark.redis
@@ -150,3 +151,57 @@ def test_a_sweep_racing_close_leaves_the_journal_closed_and_the_orphan_whole(
         assert heir.adopt_orphans() == 2  # another process's sweep adopts it whole
     finally:
         heir.close()
+
+
+def test_the_sweep_interval_is_the_stores_journal_sweep_every_s(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    """A fleet sets how often its processes sweep (``RedisStore(journal_sweep_every_s=)``):
+    it was fixed at 30 s. Here the default is an hour (conftest), the store's 0.05 s."""
+    assert journal_module._SWEEP_EVERY_S == 3600.0
+    store = RedisStore(
+        redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path), journal_sweep_every_s=0.05
+    )
+    try:
+        backend = RedisBudgetBackend(store, name="sweep-knob")
+        assert backend.journal.sweep_every_s == 0.05
+        dead = _crash_with_records(tmp_path, backend.journal.name)
+        deadline = time.monotonic() + 10  # (the sweep runs every 0.05 s here)
+        while dead.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not dead.exists()  # adopted by the store's interval, not the hour's
+        assert backend.status([SPEC])[0][0] == 7000
+        slow = RedisBudgetBackend(store, name="sweep-knob-slow", journal_sweep_every_s=7200)
+        assert slow.journal.sweep_every_s == 7200.0  # (the backend's own, over the store's)
+    finally:
+        store.close()
+
+
+def test_the_default_sweep_interval_is_read_at_each_turn(
+    redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    store = RedisStore(redis_url, key_prefix=redis_prefix, journal_dir=str(tmp_path))
+    try:
+        assert store.journal_sweep_every_s is None
+        backend = RedisBudgetBackend(store, name="sweep-default")
+        assert backend.journal.sweep_every_s is None
+        journal = backend.journal
+        assert journal.sweep_due() == journal.swept_at + journal_module._SWEEP_EVERY_S
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("every", [0, -1.0, float("nan"), float("inf"), True, "30", [30]])
+def test_a_bad_sweep_interval_is_a_configuration_error(
+    redis_url: str, redis_prefix: str, every: object
+) -> None:
+    """A positive finite number of seconds, or None: anything else is refused where it is
+    given, before any Redis round trip."""
+    with pytest.raises(ConfigurationError, match="journal_sweep_every_s"):
+        RedisStore(redis_url, key_prefix=redis_prefix, journal_sweep_every_s=every)  # type: ignore[arg-type]
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    try:
+        with pytest.raises(ConfigurationError, match="journal_sweep_every_s"):
+            RedisBudgetBackend(store, name="sweep-bad", journal_sweep_every_s=every)  # type: ignore[arg-type]
+    finally:
+        store.close()

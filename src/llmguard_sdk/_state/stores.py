@@ -59,6 +59,7 @@ __all__ = [
     "lua",
     "open_store",
     "redis_errors",
+    "sweep_every",
 ]
 
 logger = logging.getLogger("llmguard_sdk")
@@ -118,6 +119,18 @@ class MemoryStore(Store):
         return "MemoryStore()"
 
 
+def sweep_every(seconds: object, name: str = "journal_sweep_every_s") -> float | None:
+    """The spend journal's sweep interval as given (``None``: the default), a positive
+    finite number of seconds, else a :class:`ConfigurationError` naming ``name``."""
+    if seconds is None:
+        return None
+    if not (isinstance(seconds, (int, float)) and is_number(seconds) and 0 < seconds < math.inf):
+        raise ConfigurationError(  # (NaN is no number of seconds either)
+            f"{name} must be a positive finite number of seconds (or None), got {seconds!r:.80}"
+        )
+    return float(seconds)
+
+
 class RedisStore(Store):
     """State shared through Redis by every process that uses the same URL and prefix.
 
@@ -152,6 +165,13 @@ class RedisStore(Store):
         journal_dir: the directory of the budgets' spend journal (spend recorded while Redis
             was unreachable, replayed when it answers again); default: a per-user cache
             directory.
+        journal_sweep_every_s: how often (seconds, a positive number) each process looks
+            in the journal directory for the journals of processes that died, adopts them
+            and replays them into Redis (``None``: every 30 s). A fleet of many workers
+            that share the directory may look less often (each look lists the directory);
+            one that wants a crashed worker's spend in Redis sooner, more often.
+
+            .. versionadded:: 0.2.0
         retry_pause: the first pause after Redis failed (it doubles while failures go on,
             up to 30 s).
     """
@@ -171,6 +191,7 @@ class RedisStore(Store):
         local_share: float = 0.25,
         journal_dir: str | None = None,
         retry_pause: float = 1.0,
+        journal_sweep_every_s: float | None = None,
     ) -> None:
         super().__init__(key_prefix)
         if not isinstance(url, str):
@@ -197,6 +218,7 @@ class RedisStore(Store):
         self.url = url
         self.local_share = float(local_share)
         self.journal_dir = journal_dir
+        self.journal_sweep_every_s = sweep_every(journal_sweep_every_s)
         self._options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_timeout,

@@ -10,7 +10,8 @@ answers again, the process first adopts the files of processes that died (nobody
 lock: the kernel drops a process's lock as it dies, so the lock is its lease): their records
 are appended to its own file, durably, before the dead file is removed. A process that stays
 healthy adopts them too: a daemon thread (one a process) sweeps the journal directory of
-every Redis budget set in use every ``_SWEEP_EVERY_S`` (30 s; at most ``_SWEEP_FILES`` dead
+every Redis budget set in use every ``sweep_every_s`` seconds (the store's
+``journal_sweep_every_s``; default ``_SWEEP_EVERY_S``, 30 s; at most ``_SWEEP_FILES`` dead
 files a sweep) and, while records are left in its journal, has its backend replay them from
 that thread, so a crashed worker's spend reaches Redis within about that time even in a
 process that makes no further call; a call itself never lists the directory. A sweep that
@@ -113,9 +114,17 @@ def specs_of(entry: JournalRecord) -> tuple[CounterSpec, ...]:
 class SpendJournal:
     """The append-only journal of one process for one budget set (see the module docs)."""
 
-    def __init__(self, directory: str | os.PathLike[str] | None, name: str) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None,
+        name: str,
+        *,
+        sweep_every_s: float | None = None,
+    ) -> None:
         self.directory = Path(directory) if directory is not None else default_journal_dir()
         self.name = name
+        self.sweep_every_s = sweep_every_s  # (None: _SWEEP_EVERY_S, read at each turn)
+        self.swept_at = 0.0  # when the background sweep last swept it (or began to watch it)
         self._file: IO[str] | None = None
         self._swept = False  # the background sweep adopts dead files into this journal
         self._replay: weakref.WeakMethod[Callable[[], object]] | None = None  # (see sweep)
@@ -278,9 +287,14 @@ class SpendJournal:
             old, self._file = self._file, self._renamed_into_place(left)
             old.close()
 
+    def sweep_due(self) -> float:
+        """When the background sweep is to sweep this journal next (``time.monotonic()``)."""
+        every = _SWEEP_EVERY_S if self.sweep_every_s is None else self.sweep_every_s
+        return self.swept_at + every
+
     def sweep_in_background(self, replay: Callable[[], object] | None = None) -> None:
         """Have this process's sweep thread adopt dead processes' files into this journal
-        every ``_SWEEP_EVERY_S`` (see the module docs), until it is closed or collected;
+        every ``sweep_every_s`` (see the module docs), until it is closed or collected;
         ``replay``, a bound method (held weakly), sends the journal's records to Redis from
         that thread after each sweep that leaves some in it."""
         self._swept = True
@@ -375,7 +389,8 @@ class SpendJournal:
 
 class _Sweeper:
     """The process's one thread that adopts dead processes' journal files into the live
-    journals it watches, every ``_SWEEP_EVERY_S`` (read at each turn)."""
+    journals it watches, each every ``sweep_every_s`` of its own (the default,
+    ``_SWEEP_EVERY_S``, read at each turn)."""
 
     def __init__(self) -> None:
         self._journals: weakref.WeakSet[SpendJournal] = weakref.WeakSet()
@@ -389,6 +404,7 @@ class _Sweeper:
 
     def watch(self, journal: SpendJournal) -> None:
         with self._lock:
+            journal.swept_at = time.monotonic()  # (its first sweep: one interval on)
             self._journals.add(journal)
             if self._pid == os.getpid():
                 self._wake.set()  # (it reads the interval again)
@@ -402,21 +418,23 @@ class _Sweeper:
                 self._pid = 0
 
     def _run(self) -> None:
-        pid, swept = os.getpid(), time.monotonic()
+        pid = os.getpid()
         while self._pid == pid:
-            wait = swept + _SWEEP_EVERY_S - time.monotonic()
-            if wait > 0:
-                self._wake.wait(wait)
-                self._wake.clear()
-                continue
+            self._wake.clear()  # (a journal watched from now on wakes the wait below)
             with self._lock:  # (a journal watched meanwhile would change the set)
                 journals = list(self._journals)
-            for journal in journals:
+            now = time.monotonic()
+            due = [journal for journal in journals if journal.sweep_due() <= now]
+            if not due:
+                soonest = min((j.sweep_due() for j in journals), default=now + _SWEEP_EVERY_S)
+                self._wake.wait(soonest - now)
+                continue
+            for journal in due:
                 try:
                     journal.sweep()
                 except Exception:  # the thread serves every journal: it goes on
                     logger.exception("budgets: a spend journal sweep failed")
-            swept = time.monotonic()
+                journal.swept_at = time.monotonic()
 
 
 _SWEEPER = _Sweeper()

@@ -48,7 +48,14 @@ from typing import Any
 from typing_extensions import Unpack
 
 from .._state.steps import Call, Step, entry_points, run, work
-from .._state.stores import Outage, RedisScripts, RedisStore, hash_id, redis_errors
+from .._state.stores import (
+    Outage,
+    RedisScripts,
+    RedisStore,
+    hash_id,
+    redis_errors,
+    sweep_every,
+)
 from ..errors import BudgetUnavailableError, ConfigurationError
 from ._reasons import Cause, cause, reason
 from ._zones import UTC, ZONED_WINDOWS, edges
@@ -90,6 +97,9 @@ class RedisBudgetBackend:
             ``local_share``, 0.25).
         journal_dir: where the spend journal lives (default: the store's ``journal_dir``,
             else a per-user cache directory).
+        journal_sweep_every_s: how often (seconds) this process adopts and replays the
+            journals of processes that died (default: the store's
+            ``journal_sweep_every_s``, else every 30 s).
     """
 
     def __init__(
@@ -100,6 +110,7 @@ class RedisBudgetBackend:
         fail_open: bool = False,
         journal_dir: str | None = None,
         fleet_share: float | None = None,
+        journal_sweep_every_s: float | None = None,
     ) -> None:
         share = store.local_share if fleet_share is None else fleet_share
         if isinstance(share, bool) or not (isinstance(share, (int, float)) and 0 <= share <= 1):
@@ -117,8 +128,11 @@ class RedisBudgetBackend:
         self._fallback = MemoryBudgetBackend()
         self._local: collections.OrderedDict[str, None] = collections.OrderedDict()
         prefix = "".join(c if c.isalnum() or c in "_-" else "_" for c in store.key_prefix)
+        every = sweep_every(journal_sweep_every_s)
         self.journal = SpendJournal(
-            journal_dir or store.journal_dir, f"{prefix}-{hash_id(store.url)}-{self._tag}"
+            journal_dir or store.journal_dir,
+            f"{prefix}-{hash_id(store.url)}-{self._tag}",
+            sweep_every_s=store.journal_sweep_every_s if every is None else every,
         )
         # a crashed process's spend, adopted in time and replayed from the sweep thread
         self.journal.sweep_in_background(self._replay_swept)
