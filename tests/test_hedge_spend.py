@@ -242,3 +242,59 @@ def test_a_hedge_winners_usage_is_counted_once(
     assert answer.cost_usd == pytest.approx(
         (answer.usage.input_tokens * 10 + answer.usage.output_tokens * 20) / 1e6 + loser_usd
     )
+
+
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "plan",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "string"}},
+                "required": ["city", "days"],
+            },
+        },
+    }
+]
+
+
+def test_a_stream_without_usage_counts_its_reasoning_as_the_loser_does(
+    fake: FakeProvider, closing: list[Guard]
+) -> None:
+    """A stream that reported no usage is estimated from what it streamed: its reasoning
+    pieces count as output, as a streamed loser's do (only its text counted)."""
+    fake.always(Fault(omit_usage=True))
+    route = _Route(fake, reasoning=REASONING)
+    guard = _guard([route])
+    closing.append(guard)
+    response = _achat(guard, lambda: None, stream=True)
+    usage = response.usage
+    assert usage is not None
+    assert usage.estimated
+    assert response.metadata.get("reasoning") == REASONING
+    (first,) = [chunk for chunk in route.first if chunk.text]  # (the reasoning came with it)
+    streamed = first.text + REASONING + response.text[len(first.text) :]
+    assert usage.output_tokens == count_text_tokens(streamed, "fake-model").tokens
+
+
+def test_a_stream_without_usage_counts_its_tool_calls_arguments(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A streamed tool call's arguments are output the provider bills: a stream without
+    usage that called a tool was estimated at 0 output tokens."""
+    fake.always(Fault(omit_usage=True))
+    guard = make_guard(fake, budgets=BUDGETS, retry=None)
+    with guard.chat(
+        USER, stream=True, max_tokens=100, tools=TOOLS, tool_choice="required"
+    ) as stream:
+        list(stream)
+    response = stream.response
+    (call,) = response.tool_calls or []
+    arguments = call["function"]["arguments"]
+    assert arguments
+    usage = response.usage
+    assert usage is not None
+    assert usage.estimated
+    assert usage.output_tokens == count_text_tokens(response.text + arguments, "fake-model").tokens
+    assert usage.output_tokens > 0

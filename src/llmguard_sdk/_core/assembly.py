@@ -12,7 +12,14 @@ from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..tokens import count_text_tokens
 
-__all__ = ["Assembler", "has_content", "merge_metadata", "merge_tool_call_deltas", "shows"]
+__all__ = [
+    "Assembler",
+    "has_content",
+    "merge_metadata",
+    "merge_tool_call_deltas",
+    "output_text",
+    "shows",
+]
 
 
 def has_content(chunk: StreamChunk) -> bool:
@@ -26,6 +33,26 @@ def shows(chunk: StreamChunk) -> bool:
     of OpenAI's refusal, one of Claude's thinking blocks, or a piece of a model's reasoning."""
     metadata = chunk.metadata
     return bool(metadata.get("refusal") or metadata.get("thinking") or metadata.get("reasoning"))
+
+
+def output_text(chunk: StreamChunk) -> str:
+    """The output a chunk carries, as text to count when the provider reports no usage: its
+    text, its reasoning and thinking pieces, its tool calls' arguments (all billed as output
+    tokens)."""
+    parts = [chunk.text]
+    metadata = chunk.metadata
+    reasoning = metadata.get("reasoning")
+    if isinstance(reasoning, str):
+        parts.append(reasoning)
+    thinking = metadata.get("thinking")
+    for block in thinking if isinstance(thinking, list) else ():
+        if isinstance(block, Mapping) and isinstance(block.get("thinking"), str):
+            parts.append(block["thinking"])
+    for call in chunk.tool_calls or ():
+        arguments = call_function(call).get("arguments") if isinstance(call, Mapping) else None
+        if isinstance(arguments, str):
+            parts.append(arguments)
+    return "".join(parts)
 
 
 class Assembler:
@@ -50,6 +77,7 @@ class Assembler:
         self._first_token_at: float | None = None
         self._last_content_at = 0.0
         self._text: list[str] = []
+        self._output: list[str] = []  # this route's output as counted without usage
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -73,6 +101,7 @@ class Assembler:
 
     def add(self, chunk: StreamChunk) -> None:
         self.chunks += 1
+        self._output.append(output_text(chunk))
         if chunk.text:
             now = time.monotonic()
             if self._first_token_at is None:
@@ -116,14 +145,15 @@ class Assembler:
     ) -> Usage | None:
         """What the attempt used, for settling its rate-limit reservation and pricing it: the
         provider's usage, else the SDK's count of what this route delivered (carried text
-        aside), its text as ``model`` counts it; None after a failure before any content
+        aside), its text, reasoning and tool calls' arguments (:func:`output_text`) as
+        ``model`` counts them; None after a failure before any content
         (everything goes back). A stream closed before its first content keeps its input
         tokens: the prompt was sent."""
         if self.usage is not None:
             return self.usage
         if not (self.delivered or error is None):
             return None
-        own = "".join(self._text)
+        own = "".join(self._output)
         output = count_text_tokens(own, model).tokens if own else 0
         return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
 

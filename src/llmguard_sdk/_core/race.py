@@ -23,6 +23,7 @@ from ..providers.base import Provider
 from ..store import Step
 from ..tokens import count_text_tokens
 from . import limits, plan, routes
+from .assembly import output_text
 from .limits import Reservation
 from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
@@ -250,39 +251,21 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
 
 def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict[str, str] | None]:
     """What a loser whose answer arrived used, and its headers: a plain answer's usage (else
-    its counted text, as a winner's); a stream's first content, counted (its text, its
-    reasoning and thinking pieces, its tool calls' arguments), beside its prompt."""
+    its counted text, as a winner's); a stream's first content, counted as a winner's stream
+    without usage is (:func:`.assembly.output_text`), beside its prompt."""
     ctx = state.run.ctx
     if isinstance(event.value, ChatResponse):
         response = event.value
         return limits.response_usage(ctx, leg.route, leg.reservation, response), response.headers
     buffered: list[StreamChunk] = event.value[0] if event.value is not None else []
     model = next((chunk.model for chunk in reversed(buffered) if chunk.model), None)
-    text = "".join(_streamed_text(chunk) for chunk in buffered)
+    text = "".join(output_text(chunk) for chunk in buffered)
     output = count_text_tokens(text, limits.answer_model(ctx, leg.route, model)).tokens
     sent = limits.sent_input(ctx, leg.route, leg.reservation)
     headers: dict[str, str] = {}
     for chunk in buffered:
         headers.update(chunk.headers or {})
     return Usage(input_tokens=sent, output_tokens=output, estimated=True), headers
-
-
-def _streamed_text(chunk: StreamChunk) -> str:
-    """The output a stream's chunk carries, as text to count: its text, its reasoning and
-    thinking pieces, its tool calls' arguments."""
-    parts = [chunk.text]
-    reasoning = chunk.metadata.get("reasoning")
-    if isinstance(reasoning, str):
-        parts.append(reasoning)
-    thinking = chunk.metadata.get("thinking")
-    for block in thinking if isinstance(thinking, list) else ():
-        if isinstance(block, dict) and isinstance(block.get("thinking"), str):
-            parts.append(block["thinking"])
-    for call in chunk.tool_calls or ():
-        arguments = (call.get("function") or {}).get("arguments")
-        if isinstance(arguments, str):
-            parts.append(arguments)
-    return "".join(parts)
 
 
 def _loser_output(state: _Race, leg: _Leg) -> int:
