@@ -132,16 +132,18 @@ def _guard(routes: list[Any]) -> Guard:
     return Guard(routes, budgets=BUDGETS, hedge_after=0.05, timeout=10, retry=None, environ={})
 
 
-def _achat(guard: Guard, made: Callable[[], None], *, stream: bool = False) -> ChatResponse:
-    """:data:`USER` through ``guard.achat`` (``max_tokens=100``; a stream: read whole) in an
-    event loop of its own, its routes' gates ``made`` in it first."""
+def _achat(
+    guard: Guard, made: Callable[[], None], *, stream: bool = False, max_tokens: int = 100
+) -> ChatResponse:
+    """:data:`USER` through ``guard.achat`` (a stream: read whole) in an event loop of its
+    own, its routes' gates ``made`` in it first."""
 
     async def call() -> ChatResponse:
         made()
         try:
             if not stream:
-                return await guard.achat(USER, max_tokens=100)
-            chunks = await guard.achat(USER, stream=True, max_tokens=100)
+                return await guard.achat(USER, max_tokens=max_tokens)
+            chunks = await guard.achat(USER, stream=True, max_tokens=max_tokens)
             async with chunks:
                 async for _ in chunks:
                     pass
@@ -298,3 +300,46 @@ def test_a_stream_without_usage_counts_its_tool_calls_arguments(
     assert usage.estimated
     assert usage.output_tokens == count_text_tokens(response.text + arguments, "fake-model").tokens
     assert usage.output_tokens > 0
+
+
+def _reasoned(body: dict[str, Any], counted: dict[str, Any]) -> dict[str, Any]:
+    """A reasoning model's usage: 6 hidden reasoning tokens before its answer's."""
+    output = counted["completion_tokens"] + 6
+    return {
+        **counted,
+        "completion_tokens": output,
+        "completion_tokens_details": {"reasoning_tokens": 6},
+    }
+
+
+@pytest.fixture
+def thinker() -> Iterator[FakeProvider]:
+    """The backup, a reasoning model (:func:`_reasoned`)."""
+    with FakeProvider(model="backup-model", name="backup", usage=_reasoned) as server:
+        yield server
+
+
+@pytest.mark.parametrize(("mode", "max_tokens"), [("sync", 100), ("async", 100), ("sync", 4)])
+def test_a_streamed_hedge_loser_is_charged_the_hidden_reasoning_the_winner_did(
+    fake: FakeProvider, thinker: FakeProvider, make_guard: MakeGuard, mode: str, max_tokens: int
+) -> None:
+    """The winner's first content came after 6 hidden reasoning tokens; the loser, cut off
+    then with no content, had been reasoning too (the same request, as long at least when it
+    started first): it is charged as many, up to ``max_tokens``, beside its prompt, as a
+    plain call's loser is charged the winner's output. It was charged its prompt alone."""
+    guard = make_guard(fake, thinker, budgets=BUDGETS, hedge_after=0.05, timeout=10, retry=None)
+    fake.always(Fault(first_token_delay=1.0))
+    if mode == "sync":
+        with guard.chat(USER, stream=True, max_tokens=max_tokens) as stream:
+            list(stream)
+        response = stream.response
+    else:
+        response = _achat(guard, lambda: None, stream=True, max_tokens=max_tokens)
+    assert response.route == "backup"
+    usage = response.usage
+    assert usage is not None
+    assert usage.reasoning_tokens == 6
+    backup_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
+    loser_usd = (PROMPT * 100 + min(6, max_tokens) * 200) / 1e6
+    assert response.cost_usd == pytest.approx(backup_usd + loser_usd)
+    assert _spent(guard) == pytest.approx(response.cost_usd)

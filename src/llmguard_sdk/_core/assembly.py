@@ -86,6 +86,7 @@ class Assembler:
         self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
         self.headers: dict[str, str] = {}
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
+        self.reasoned = False  # this route streamed reasoning or thinking the caller sees
         self.chunks = 0  # this route's so far
 
     @property
@@ -121,6 +122,10 @@ class Assembler:
         if chunk.metadata:
             merge_metadata(self.metadata, chunk.metadata)
             self._shown = self._shown or shows(chunk)
+            metadata = chunk.metadata
+            self.reasoned = self.reasoned or bool(
+                metadata.get("reasoning") or metadata.get("thinking")
+            )
         if chunk.headers:
             self.headers.update(chunk.headers)
 

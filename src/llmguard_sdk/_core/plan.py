@@ -320,8 +320,8 @@ def _stream(
         route, None, assembler.seconds(), sample=assembler.sample(), headers=assembler.headers
     )
     used = assembler.used(_counting(run, route, assembler), _sent(run, route, reservation), None)
-    if reservation is not None:
-        run.settle(reservation, used=used, headers=assembler.headers)
+    run.settle(reservation, used=used, headers=assembler.headers)  # (none: nothing to settle)
+    hedging.charge_silent_losers(run, used, assembler.reasoned)  # (a race's winner)
     response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
     return _continued(run, response) if run.interrupted is not None else response
 

@@ -7,7 +7,9 @@ stream's first content); the other is ended and gives its permit and lease back.
 deadline every leg still running counts as a timeout. A hedged pair is not retried; if both
 fail, the route loop goes on with the next routes. A loser whose answer (or a stream's first
 content) had arrived too by the time the race was decided is charged what it used (its usage,
-else its counted output), not an estimate.
+else its counted output), not an estimate; one cut off before is charged its prompt and an
+estimate of its output (a plain call's: the winner's output; a stream's: the hidden
+reasoning the winner did before its first content).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .limits import Reservation
 from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
 
-__all__ = ["hedge", "race"]
+__all__ = ["charge_silent_losers", "hedge", "race"]
 
 Outcome = ChatResponse | Preopened | None
 """A plain call's winning answer, a stream that won (to be read by the route loop), or no
@@ -241,6 +243,8 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
     run = state.run
     answered = state.answered.get(leg.route.name)
     if answered is None:
+        if run.streaming:  # (its output is known once the winner's stream ends)
+            run.silent_losers.append((len(run.ctx.unserved), _allowed(run, leg)))
         limits.cut_off(run.ctx, leg.route, leg.reservation, _loser_output(state, leg))
         return run.give_back_steps(leg.route, leg.reservation)
     used, headers = _answer_usage(state, leg, answered)
@@ -271,15 +275,37 @@ def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict
 def _loser_output(state: _Race, leg: _Leg) -> int:
     """The output tokens a loser is charged beside its prompt when its answer has not
     arrived. A stream's loser had streamed no content when the winner's first came (it would
-    have won): the tokens it streamed so far, none. A plain call's loser is an estimate: as
-    many as the winner's answer used (the same request; a provider that has not noticed the
-    hang-up finishes the answer and bills it), up to the output the call allows it."""
+    have won): none now, its hidden reasoning once the winner's stream has ended
+    (:func:`charge_silent_losers`). A plain call's loser is an estimate: as many as the
+    winner's answer used (the same request; a provider that has not noticed the hang-up
+    finishes the answer and bills it), up to the output the call allows it."""
     run, used = state.run, state.won_usage
     if used is None or run.streaming:
-        return 0
+        return 0  # (a stream's: see charge_silent_losers)
+    allowed = _allowed(run, leg)
+    return min(used.output_tokens, allowed) if allowed else used.output_tokens
+
+
+def _allowed(run: Run, leg: _Leg) -> int:
+    """The output tokens a leg was allowed (0: no bound known)."""
     allowed = leg.reservation.output if leg.reservation else run.ctx.request.output_limit
-    output = used.output_tokens
-    return min(output, int(allowed)) if allowed else output
+    return int(allowed or 0)
+
+
+def charge_silent_losers(run: Run, used: Usage | None, shown: bool) -> None:
+    """A race's winning stream has ended having ``used`` what it did: its streamed losers,
+    cut off before any content, are charged the hidden reasoning it did before its first
+    content (its ``reasoning_tokens``, unless it ``shown`` its reasoning as it went: then
+    they came after it), up to the output each was allowed, beside their prompts. They had
+    been reasoning too, on the same request (as a plain call's loser is charged the
+    winner's output), and the provider bills it."""
+    losers, run.silent_losers = run.silent_losers, []
+    hidden = 0 if shown or used is None else used.reasoning_tokens
+    unserved = run.ctx.unserved
+    for at, allowed in losers if hidden else ():
+        route, charged = unserved[at]
+        output = min(hidden, allowed) if allowed else hidden
+        unserved[at] = (route, charged.model_copy(update={"output_tokens": output}))
 
 
 def _outcome(state: _Race) -> Outcome:

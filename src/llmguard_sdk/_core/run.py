@@ -61,6 +61,9 @@ class Run:
     carried_metadata: dict[str, Any] = field(default_factory=dict)  # its reasoning ...
     interrupted: StreamInterruptedError | None = None
     stale_looked_up: bool = False  # the cache's stale answer was asked for (and missed)
+    # a hedge race's streamed losers cut off before any content: their places in
+    # ctx.unserved and the output each was allowed (see race.charge_silent_losers)
+    silent_losers: list[tuple[int, int]] = field(default_factory=list)
     _emitted: bool = False
     _held_headers: tuple[str, dict[str, str]] | None = None  # a skipped chunk's (route's)
 

@@ -177,7 +177,7 @@ class SpendControl:
         request of ``input_tokens`` (default: the call's) and of its images and input audio
         as each route's model counts them at most (:mod:`._media`; an answer asked in audio:
         every output token at the dearer of its rates). A hedged call may also be billed
-        its race's loser, its prompt and (a plain call's) an output up to the call's
+        its race's loser, its prompt and an output up to the call's
         ``max_tokens``: its base is the two dearest prompts, its rate per output token
         twice the dearest. Prices are those in
         force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
