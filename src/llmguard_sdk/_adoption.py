@@ -74,27 +74,32 @@ class Adoption:
         """Decorate an existing function that calls an LLM, sync or async.
 
         Use as ``@guard.protect`` or ``@guard.protect(feature="search")``. The function runs
-        unchanged and returns what it returned; the Guard retries it with its retry policy
-        and budget when it fails with a retryable provider error (429, 5xx, timeouts, from
-        openai-python, httpx or this SDK; Retry-After honoured), reads the usage from the
-        result (openai objects and plain dicts), reports a :class:`~llmguard_sdk.CallEvent` to
-        its hooks, and bounds async functions by ``timeout`` (raising
-        :class:`~llmguard_sdk.errors.ProviderTimeoutError`; one that is not a positive, finite
-        number of seconds is a :class:`~llmguard_sdk.errors.ConfigurationError` at once, as is
-        a ``func`` that is no function: ``@guard.protect("summaries")`` names no feature, its
-        options are keywords). The
-        last exception propagates unchanged; the event records how the SDK classified it. A
+        unchanged and returns what it returned (an SDK stream watched, below); the Guard
+        retries it with its retry policy and budget when it fails with a retryable provider
+        error (429, 5xx, timeouts, from openai-python, httpx or this SDK; Retry-After
+        honoured), reads the usage from the result (openai objects and plain dicts), reports
+        a :class:`~llmguard_sdk.CallEvent` to its hooks, and bounds async functions by
+        ``timeout`` (raising :class:`~llmguard_sdk.errors.ProviderTimeoutError`; one that is
+        not a positive, finite number of seconds is a
+        :class:`~llmguard_sdk.errors.ConfigurationError` at once, as is a ``func`` that is no
+        function: ``@guard.protect("summaries")`` names no feature, its options are keywords).
+        The last exception propagates unchanged; the event records how the SDK classified it. A
         :class:`~llmguard_sdk.errors.RetryMultiplicationWarning` says when the function uses
         an openai client that retries on its own. A generator or async generator (a streaming
         function) is guarded while it is iterated: retried only before its first item, reported
-        when it ends with the usage of the last item carrying one (an async one bounded by
-        ``timeout`` from the call to its last item). A plain ``def`` that returns a coroutine
+        when it ends with the usage its items carried (an async one bounded by ``timeout`` from
+        the call to its last item). A provider SDK's stream the function returns (openai's or
+        anthropic's ``Stream`` / ``AsyncStream``) is returned watched, a drop-in reported when
+        it is read to its end, fails, or is closed or dropped (cancelled); the usage is read
+        from OpenAI chat chunks, Anthropic's ``message_start`` / ``message_delta`` or the
+        Responses API's ``response.completed``. A plain ``def`` that returns a coroutine
         (``return async_client.chat.completions.create(...)``) is guarded as an async function
         is: the wrapper returns a coroutine, and the awaited call is retried, bounded and
         reported.
 
         .. versionchanged:: 0.2.0 a plain function returning a coroutine is guarded as an
-           async one (it was reported ``"ok"`` before the call ran, and never retried).
+           async one (it was reported ``"ok"`` before the call ran, and never retried); a
+           returned SDK stream is reported when it ends, with its usage.
         """
         from .protect import protect_function
 

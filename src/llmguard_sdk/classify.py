@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from ._http_library import HttpErrors
+from .budget._usage import plain_usage
 from .errors import (
     MalformedResponseError,
     ProviderError,
@@ -31,10 +32,7 @@ __all__ = ["classify_exception", "usage_from_result"]
 def usage_from_result(result: object) -> Usage | None:
     """The token usage in an LLM call's result: openai-python objects or plain dicts."""
     usage = result.get("usage") if isinstance(result, Mapping) else getattr(result, "usage", None)
-    if usage is not None and not isinstance(usage, Mapping):
-        dump = getattr(usage, "model_dump", None)
-        usage = dump() if callable(dump) else getattr(usage, "__dict__", None)
-    return usage_from_payload(usage)[0]
+    return usage_from_payload(plain_usage(usage))[0]
 
 
 def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError | None:

@@ -26,9 +26,11 @@ from typing import Any, TypeVar, cast
 import anyio
 
 from ._decorating import is_async_callable, may_return_awaitable, unwrap_method
+from ._protect_streams import AsyncWatchedStream, StreamTally, WatchedStream, stream_kind
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
+from .models import Usage
 from .retry._api import Retrying
 from .retry.budget import RetryBudget
 from .retry.policy import RetryPolicy
@@ -69,10 +71,12 @@ class _Protected:
         retries: list[RetryDetails],
         result: object = None,
         error: BaseException | None = None,
+        tally: StreamTally | None = None,
     ) -> None:
         """Emit the call's :class:`~llmguard_sdk.CallEvent` to the hooks; an interrupted or
         cancelled call (a ``BaseException`` that is not an ``Exception``) is reported
-        ``"cancelled"`` without an error, as :meth:`~llmguard_sdk.Guard.chat` reports it."""
+        ``"cancelled"`` without an error, as :meth:`~llmguard_sdk.Guard.chat` reports it. A
+        stream's usage and model are its ``tally``'s (``result``: what names its SDK)."""
         route = self.route
         cancelled = error is not None and not isinstance(error, Exception)
         if cancelled:
@@ -86,11 +90,11 @@ class _Protected:
                 kind="protect",
                 outcome="error" if error is not None else "cancelled" if cancelled else "ok",
                 scope=current_scope().merged(*self.scope_keywords),
-                model=_model_of(result),
+                model=tally.model if tally is not None else _model_of(result),
                 route=route if error is None and not cancelled else None,
                 attempts=len(retries) + 1,
                 latency_s=time.monotonic() - started,
-                usage=usage_from_result(result) if error is None and not cancelled else None,
+                usage=_usage_of(result, tally) if error is None and not cancelled else None,
                 error=classified or error,
                 route_errors=((route, exception_type(classified or error)),) if error else (),
                 retries=tuple(retries),
@@ -111,13 +115,13 @@ class _Call:
     on its way out; :meth:`end` reports a call that returned. Everything but the call itself
     (and its ``await``) is here, written once for the wrappers below."""
 
-    __slots__ = ("protected", "retries", "started", "usage")
+    __slots__ = ("protected", "retries", "started", "tally")
 
     def __init__(self, protected: _Protected, started: float | None = None) -> None:
         self.protected = protected
         self.started = time.monotonic() if started is None else started
         self.retries: list[RetryDetails] = []
-        self.usage: object = None  # a stream's last item that carried usage
+        self.tally = StreamTally()  # a generator's usage and model, from its items
 
     def attempts(self) -> Retrying:
         """The retry loop of the call (of a stream: up to its first item)."""
@@ -131,15 +135,29 @@ class _Call:
             self.protected.report(self.started, self.retries, error=exc)
 
     def see(self, item: Any) -> Any:
-        """Note a stream's ``item`` on its way to the caller (kept when it carries usage)."""
-        if _carries_usage(item):
-            self.usage = item
+        """Note a generator's ``item`` on its way to the caller (its usage, its model)."""
+        self.tally.see(item)
         return item
 
+    def end_generator(self) -> None:
+        """Report the generator that ended, with the usage its items told."""
+        self.protected.report(self.started, self.retries, self.tally.witness, tally=self.tally)
+
     def end(self, result: Any) -> Any:
-        """Report the call that returned ``result`` (a stream: its last item with usage)."""
-        self.protected.report(self.started, self.retries, result)
-        return result
+        """Report the call that returned ``result``; a provider SDK's stream is returned
+        watched, and reported when it ends (:mod:`._protect_streams`)."""
+        kind = stream_kind(result)
+        if kind is None:
+            self.protected.report(self.started, self.retries, result)
+            return result
+
+        def ended(tally: StreamTally, error: BaseException | None) -> None:
+            self.protected.report(self.started, self.retries, result, error, tally)
+
+        if kind == "sync":
+            return WatchedStream(result, ended)
+        deadline = self.started + self.protected.timeout
+        return AsyncWatchedStream(result, ended, deadline, self.protected.timed_out)
 
 
 def protect_function(
@@ -244,17 +262,11 @@ def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:
 _END: Any = object()  # a generator's end, in place of its first item
 
 
-def _carries_usage(item: object) -> bool:
-    """Whether a streamed item reports usage (openai's last chunk with ``include_usage``)."""
-    usage = item.get("usage") if isinstance(item, Mapping) else getattr(item, "usage", None)
-    return usage is not None
-
-
 def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) -> Any:
     """A generator function guarded while it is iterated: a failure before the first item is
     retried (after it, the caller has had part of the stream, and the failure propagates);
-    the call is reported when the generator ends, fails or is closed, with the usage of the
-    last item that carries one."""
+    the call is reported when the generator ends, fails or is closed, with the usage its
+    items carried (:class:`~._protect_streams.StreamTally`: any provider's stream shape)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
@@ -273,7 +285,7 @@ def _protect_generator(fn: Callable[..., Iterator[Any]], protected: _Protected) 
             close = getattr(items, "close", None)
             if close is not None:
                 close()
-        call.end(call.usage)
+        call.end_generator()
 
     return wrapper
 
@@ -307,7 +319,7 @@ def _protect_async_generator(fn: Callable[..., AsyncIterator[Any]], protected: _
             close = getattr(items, "aclose", None)
             if close is not None:
                 await close()
-        call.end(call.usage)
+        call.end_generator()
 
     return wrapper
 
@@ -400,6 +412,10 @@ def _warn_if_sdk_retried(error: BaseException) -> None:
         RetryMultiplicationWarning,
         stacklevel=4,
     )
+
+
+def _usage_of(result: object, tally: StreamTally | None) -> Usage | None:
+    return tally.usage() if tally is not None else usage_from_result(result)
 
 
 def _model_of(result: object) -> str | None:

@@ -60,7 +60,7 @@ from typing import Any
 from ..models import _MOST_OUTPUT_TOKENS, Usage
 from ..telemetry._repeats import log_repeated
 
-__all__ = ["MOST_TOKENS", "usable_cost", "usable_usage", "usage_from_payload"]
+__all__ = ["MOST_TOKENS", "plain_usage", "usable_cost", "usable_usage", "usage_from_payload"]
 
 MOST_TOKENS = _MOST_OUTPUT_TOKENS
 """The most tokens one usage count may report, 2**31 - 1: ``max_tokens``'s bound (an int32, as
@@ -251,6 +251,16 @@ def _hits_and_misses(raw: Mapping[str, Any], values: list[object]) -> str | None
         if prompt is not None:  # (a prompt_tokens that is no count leaves the usage unusable)
             values[0] = max(prompt, hit + miss)
     return absurd
+
+
+def plain_usage(usage: object) -> Mapping[str, Any] | None:
+    """A usage object as a mapping (a pydantic model's dump, an object's attributes), or
+    ``None`` when it is none."""
+    if usage is None or isinstance(usage, Mapping):
+        return usage
+    dump = getattr(usage, "model_dump", None)
+    plain = dump() if callable(dump) else getattr(usage, "__dict__", None)
+    return plain if isinstance(plain, Mapping) else None
 
 
 def usage_from_payload(

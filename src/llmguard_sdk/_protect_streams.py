@@ -1,0 +1,251 @@
+"""The streams of ``@guard.protect``: what a protected function's stream used, and a stream it
+returns watched until it ends.
+
+A provider SDK's stream (openai's and anthropic's ``Stream`` / ``AsyncStream``, recognised by
+their shape: an iterator with a ``close()`` that is no generator) returned by a protected
+function is wrapped: the call stays open while the caller reads it, and is reported when it is
+exhausted (``"ok"``), fails (``"error"``), or is closed or dropped before its end
+(``"cancelled"``, as the Guard's own streams). The usage is read from whichever items carry
+it (:class:`StreamTally`). The wrapper is a drop-in: iteration, ``with`` / ``async with``,
+``close()`` and every other attribute (``response``...) of the stream it wraps.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from typing_extensions import Self
+
+from ._closing import CLOSE_WAIT
+from .budget._usage import plain_usage, usage_from_payload
+from .models import Usage
+
+__all__ = ["AsyncWatchedStream", "StreamTally", "WatchedStream", "stream_kind"]
+
+
+def _field(item: object, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+class StreamTally:
+    """The usage and model of a stream's items, whatever shape carries them: OpenAI chat
+    chunks (the last one's ``usage``, with ``include_usage``), Anthropic's events (the input
+    and cache tokens of ``message_start``'s message, the cumulative output of the last
+    ``message_delta``) and the Responses API's (``response.completed``'s ``response.usage``;
+    ``response.incomplete`` and ``response.failed`` too). ``witness`` is the last item that
+    told the model or usage (it names the SDK)."""
+
+    __slots__ = ("_merged", "_usage", "model", "witness")
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.witness: object = None
+        self._usage: Mapping[str, Any] | None = None  # the latest whole usage
+        self._merged: dict[str, Any] | None = None  # Anthropic's, merged over its events
+
+    def see(self, item: object) -> None:
+        """Note one item of the stream."""
+        kind = _field(item, "type")
+        if kind == "message_start":
+            message = _field(item, "message")
+            self._note(message)
+            self._merge(_field(message, "usage"))
+        elif kind == "message_delta":
+            self._merge(_field(item, "usage"))
+        elif isinstance(kind, str) and kind.startswith("response."):
+            response = _field(item, "response")
+            if response is not None:
+                self._note(response)
+                self._usage = plain_usage(_field(response, "usage")) or self._usage
+        else:
+            usage = _field(item, "usage")
+            if usage is not None or self.model is None:
+                self._note(item)
+            if usage is not None:
+                self._usage = plain_usage(usage)
+
+    def usage(self) -> Usage | None:
+        """The stream's usage, ``None`` when no item carried one."""
+        raw = self._merged if self._merged is not None else self._usage
+        tier = _field(self.witness, "service_tier")
+        return usage_from_payload(raw, service_tier=tier)[0]
+
+    def _note(self, item: object) -> None:
+        model = _field(item, "model")
+        if isinstance(model, str):
+            self.model = model
+            self.witness = item
+
+    def _merge(self, usage: object) -> None:
+        raw = plain_usage(usage)
+        if raw is not None:
+            merged = self._merged if self._merged is not None else {}
+            merged.update({key: value for key, value in raw.items() if value is not None})
+            self._merged = merged
+
+
+def stream_kind(result: object) -> str | None:
+    """``"sync"`` or ``"async"`` for a provider SDK's stream (an iterator, or async iterator,
+    with ``close()``, that is no generator and no file), ``None`` for anything else."""
+    if inspect.isgenerator(result) or inspect.isasyncgen(result) or isinstance(result, io.IOBase):
+        return None
+    if not callable(getattr(result, "close", None)):
+        return None
+    kind = type(result)
+    if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
+        return "sync"
+    if hasattr(kind, "__anext__") and hasattr(kind, "__aiter__"):
+        return "async"
+    return None
+
+
+End = Callable[[StreamTally, BaseException | None], None]
+"""Reports a watched stream's call: its tally, and the error it ended with (``None``: read
+to its end; not an ``Exception``: closed or dropped, cancelled)."""
+
+
+class _Watch:
+    """What both stream twins share: the stream, its tally, and its end (reported once)."""
+
+    __slots__ = ("_end", "_lock", "stream", "tally")
+
+    def __init__(self, stream: Any, end: End) -> None:
+        self.stream = stream
+        self.tally = StreamTally()
+        self._end: End | None = end
+        self._lock = threading.Lock()
+
+    @property
+    def open(self) -> bool:
+        return self._end is not None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, _type: object, exc: BaseException | None, _traceback: object) -> None:
+        """Around the wait for one item: the stream's end or failure ends the call."""
+        if exc is not None:
+            self.end(None if isinstance(exc, (StopIteration, StopAsyncIteration)) else exc)
+
+    def end(self, error: BaseException | None = None) -> None:
+        with self._lock:
+            end, self._end = self._end, None
+        if end is not None:
+            end(self.tally, error)
+
+
+class _Watched:
+    """What both stream twins share: the watch, the stream's other attributes, and the end
+    of a stream dropped before its end (a cancelled call)."""
+
+    __slots__ = ("_watch",)
+
+    _watch: _Watch
+
+    def __getattr__(self, name: str) -> Any:
+        watch: _Watch = object.__getattribute__(self, "_watch")  # (unset: AttributeError)
+        return getattr(watch.stream, name)
+
+    def __repr__(self) -> str:
+        return f"<protected {self._watch.stream!r}>"
+
+    def __del__(self) -> None:
+        watch = getattr(self, "_watch", None)
+        if watch is not None and watch.open:
+            watch.end(GeneratorExit())
+            self._drop(watch.stream)
+
+    def _drop(self, stream: Any) -> None:
+        """Free what a dropped ``stream`` holds, where that needs no wait."""
+
+
+class WatchedStream(_Watched):
+    """A protected function's sync stream, reported when it ends (see the module's notes)."""
+
+    __slots__ = ()
+
+    def __init__(self, stream: Any, end: End) -> None:
+        self._watch = _Watch(stream, end)
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> Any:
+        watch = self._watch
+        with watch:
+            item = next(watch.stream)
+        watch.tally.see(item)
+        return item
+
+    def close(self) -> None:
+        """Close the stream; a stream closed before its end is a cancelled call."""
+        self._watch.end(GeneratorExit())
+        self._watch.stream.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _drop(self, stream: Any) -> None:
+        with contextlib.suppress(Exception):  # (its connection freed now)
+            stream.close()
+
+
+class AsyncWatchedStream(_Watched):
+    """A protected function's async stream, reported when it ends (see the module's notes),
+    each item awaited until the protected call's timeout at most (``deadline``, a
+    ``time.monotonic`` instant): then ``timed_out()`` is raised, the stream closed."""
+
+    __slots__ = ("_deadline", "_timed_out")
+
+    def __init__(
+        self, stream: Any, end: End, deadline: float, timed_out: Callable[[], Exception]
+    ) -> None:
+        self._watch = _Watch(stream, end)
+        self._deadline = deadline
+        self._timed_out = timed_out
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        watch = self._watch
+        left = self._deadline - time.monotonic()
+        with watch:
+            with anyio.move_on_after(max(left, 0.0)) as scope:
+                item = await watch.stream.__anext__()
+            if scope.cancelled_caught:
+                await self._close_stream()
+                raise self._timed_out()
+        watch.tally.see(item)
+        return item
+
+    async def close(self) -> None:
+        """Close the stream; a stream closed before its end is a cancelled call."""
+        self._watch.end(GeneratorExit())
+        await self._close_stream()
+
+    aclose = close
+
+    async def _close_stream(self) -> None:
+        stream = self._watch.stream
+        close = getattr(stream, "aclose", None) or stream.close
+        with anyio.move_on_after(CLOSE_WAIT):
+            await close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
