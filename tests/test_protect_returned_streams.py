@@ -127,6 +127,11 @@ async def test_a_returned_async_stream_is_reported_when_read(fake: FakeProvider)
         async for _chunk in await ask():
             pass
     assert [e.outcome for e in events] == ["ok", "error"]
+
+    stream = await ask()
+    await stream.__anext__()
+    await stream.close()  # as openai's AsyncStream closes
+    assert [(e.outcome, e.error, e.usage) for e in events[2:]] == [("cancelled", None, None)]
     await client.close()
 
 
