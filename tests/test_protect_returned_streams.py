@@ -319,3 +319,32 @@ def test_a_returned_stream_reaches_telemetry_with_its_usage(claude: Any) -> None
     assert tokens == items[-2].usage.output_tokens
     meter_provider.shutdown()
     exported.tracer_provider.shutdown()
+
+
+def test_an_iterator_with_close_but_no_http_response_is_returned_as_it_is() -> None:
+    """A database cursor's shape (an iterator with close()) is not taken for an SDK stream:
+    the function's call is reported at once and the cursor handed back unwrapped."""
+
+    class Cursor:
+        def __init__(self) -> None:
+            self.rows = iter([1, 2])
+
+        def __iter__(self) -> Cursor:
+            return self
+
+        def __next__(self) -> int:
+            return next(self.rows)
+
+        def close(self) -> None:
+            pass
+
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+    cursor = Cursor()
+
+    @guard.protect
+    def rows() -> Cursor:
+        return cursor
+
+    assert rows() is cursor
+    assert outcomes(events) == [("ok", None)]

@@ -95,10 +95,12 @@ class StreamTally:
 
 def stream_kind(result: object) -> str | None:
     """``"sync"`` or ``"async"`` for a provider SDK's stream (an iterator, or async iterator,
-    with ``close()``, that is no generator and no file), ``None`` for anything else."""
+    with ``close()`` and the HTTP ``response`` it reads, as openai's and anthropic's have;
+    no generator, no file), ``None`` for anything else (a database cursor is returned as
+    it is)."""
     if inspect.isgenerator(result) or inspect.isasyncgen(result) or isinstance(result, io.IOBase):
         return None
-    if not callable(getattr(result, "close", None)):
+    if not callable(getattr(result, "close", None)) or getattr(result, "response", None) is None:
         return None
     kind = type(result)
     if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
