@@ -266,7 +266,8 @@ class RedisCacheBackend:
 
     def check_vector_search(self) -> bool:
         """Whether the server has vector sets; raises :class:`ConfigurationError` when it
-        answers without them, returns False when it cannot be reached (then a script that
+        answers without them (its "unknown command" reply), returns False when it cannot
+        be reached or answers with another error (CLUSTERDOWN, BUSY ...: then a script that
         fails for want of them later logs an error, and the cache misses)."""
         try:
             run(self._vector_sets_steps())
@@ -295,14 +296,16 @@ class RedisCacheBackend:
             self._unchecked.discard("vectors kept")
 
     def _vector_sets_steps(self, by: float | None = None) -> Step[None]:
-        """:meth:`check_vector_search` as steps (a Redis error other than the server's
-        refusal raised as it is)."""
-        import redis
-
+        """:meth:`check_vector_search` as steps. Only the server's "unknown command" reply
+        says it lacks vector sets; any other Redis error (an error reply too: CLUSTERDOWN or
+        TRYAGAIN during a failover, MASTERDOWN, BUSY ...) is raised as it is, for the caller
+        to take as an outage (a miss; the check stays due)."""
         try:
             yield self._command(by, 7, [self._vector_sets + "probe"])
-        except redis.ResponseError as exc:
-            raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
+        except redis_errors() as exc:
+            if _unknown_command(exc):
+                raise ConfigurationError(_NO_VECTOR_SETS.format(exc)) from None
+            raise
 
     def _vectors_kept_steps(self, by: float | None = None) -> Step[None]:
         """:meth:`check_vectors_kept` as steps (a Redis error raised as it is)."""
