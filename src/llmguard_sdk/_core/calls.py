@@ -197,7 +197,7 @@ def _run(ctx: CallContext, stages: Stages, opening: OpeningOutcome) -> Run:
     held = opening.held
     return Run(
         ctx, held.stages if held is not None else stages, streaming=False,
-        tail=opening.tail, ahead=opening.ahead, held=held,
+        tail=opening.tail, ahead=opening.ahead, held=held, keys=opening.cache_keys,
     )  # fmt: skip
 
 

@@ -33,7 +33,7 @@ from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse
 from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
-from .routes import answers_cached, first_route
+from .routes import answers_cached, first_route, keyed_request
 from .stages import CACHE, DEGRADED, Stages, cache_model, cache_request, from_cache
 
 __all__ = [
@@ -182,12 +182,14 @@ class CallKeys:
     request then (``source``, the context's), the request the cache keyed (``request``: with
     the first route's model when the call names none), the scope and the cache tags.
 
-    The store after a miss reuses them only while the call still asks that (:meth:`fit`). A
-    request is frozen, so the same object is the same request; a stage that changes the
-    request replaces it, and the store then keys the request it has. A spend budget that
-    lowers ``max_tokens`` in the opening batch is the exception: an answer stored is one that
-    finished within the lower bound, so it answers what the caller asked, under whose keys it
-    is filed (the caller's next identical call hits it).
+    The store after a miss, and the stale lookups when the routes fail, reuse them only
+    while the call still asks that (:meth:`fit`). A request is frozen, so the same object is
+    the same request; a stage that changes the request replaces it, and the store then keys
+    the request it has. A spend budget that lowers the output limit (``max_tokens`` or
+    ``max_completion_tokens``, in the opening batch or a retry's top-up) is the exception:
+    an answer stored is one that finished within the lower bound, so it answers what the
+    caller asked, under whose keys it is filed (the caller's next identical call hits it,
+    and its stale-if-error lookup finds it).
     """
 
     source: ChatRequest
@@ -207,11 +209,12 @@ class CallKeys:
 
 
 def _clamped(request: ChatRequest, source: ChatRequest) -> bool:
-    """Whether ``request`` is ``source`` with a lower ``max_tokens`` and nothing else changed."""
-    lowered = request.max_tokens is not None and (
-        source.max_tokens is None or request.max_tokens < source.max_tokens
-    )
-    return lowered and request.model_copy(update={"max_tokens": source.max_tokens}) == source
+    """Whether ``request`` is ``source`` with a lower output limit (``max_tokens``, or
+    ``max_completion_tokens`` where the caller set it) and nothing else changed."""
+    limit, asked = request.output_limit, source.output_limit
+    lowered = limit is not None and (asked is None or limit < asked)
+    asked_limits = {n: getattr(source, n) for n in ("max_tokens", "max_completion_tokens")}
+    return lowered and request.model_copy(update=asked_limits) == source
 
 
 @dataclass
@@ -266,11 +269,7 @@ class OpeningOutcome:
         looked up (:meth:`CallKeys.fit`), else under the keys of the request it has now."""
         if stages.cache is None or not _answer_cached(ctx, stages, response.route):
             return
-        keyed = self.cache_keys
-        if keyed is not None and keyed.fit(ctx, stages):
-            request, keys = keyed.request, keyed.keys
-        else:
-            request, keys = cache_request(ctx, stages), None
+        request, keys = keyed_request(ctx, stages, self.cache_keys)
         options = CacheOptions(
             tags=ctx.cache_tags, cacheable=ctx.cacheable, keys=keys, deadline=ctx.deadline,
             ttl=ctx.cache_ttl,

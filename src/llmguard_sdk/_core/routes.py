@@ -8,6 +8,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .._ids import IDEMPOTENCY_PREFIX
 from ..breaker import Permit
@@ -39,6 +40,10 @@ from .stages import (
     route_error_types,
 )
 
+if TYPE_CHECKING:
+    from ..cache import CacheKeys
+    from .opening import CallKeys  # (opening imports this module)
+
 __all__ = [
     "CONTINUE_PROMPT",
     "answers_cached",
@@ -49,6 +54,7 @@ __all__ = [
     "fall_through",
     "first_route",
     "is_route_failure",
+    "keyed_request",
     "note_attempt_timeout",
     "note_give_up",
     "note_retry",
@@ -389,16 +395,32 @@ def failure(ctx: CallContext, stages: Stages) -> Exception:
     return AllRoutesFailedError(ctx.route_errors)
 
 
-def stale_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
+def keyed_request(
+    ctx: CallContext, stages: Stages, keyed: CallKeys | None
+) -> tuple[ChatRequest, CacheKeys | None]:
+    """The request the cache files ``ctx``'s answer under, and its keys: the opening
+    lookup's (``keyed``) while the call still asks that (:meth:`CallKeys.fit`: a budget that
+    lowered ``max_tokens`` too), else the request it has now (its keys computed again)."""
+    if keyed is not None and keyed.fit(ctx, stages):
+        return keyed.request, keyed.keys
+    return cache_request(ctx, stages), None
+
+
+def stale_response(
+    ctx: CallContext, stages: Stages, keyed: CallKeys | None = None
+) -> ChatResponse | None:
     """A fresh or expired cached answer (within the cache's ``stale_ttl``), for a call the
-    routes could not serve (stale-if-error); None without one."""
+    routes could not serve (stale-if-error), looked up as :func:`keyed_request` files it;
+    None without one."""
     if stages.cache is None:
         return None
+    request, keys = keyed_request(ctx, stages, keyed)
     hit = stages.cache.lookup_stale(
-        cache_request(ctx, stages),
+        request,
         ctx.scope,
         tags=ctx.cache_tags,
         cacheable=ctx.cacheable,
+        keys=keys,
         deadline=ctx.deadline,
         refresh=ctx.cache_refresh,
     )
@@ -410,11 +432,12 @@ def stale_response(ctx: CallContext, stages: Stages) -> ChatResponse | None:
 
 
 def degraded_response(
-    ctx: CallContext, stages: Stages, *, stale: bool = True
+    ctx: CallContext, stages: Stages, *, stale: bool = True, keyed: CallKeys | None = None
 ) -> ChatResponse | None:
     """When no route could serve the call: a stale cached answer (stale-if-error; ``stale``
-    False: already looked up), else the configured degraded answer, else None."""
-    found = stale_response(ctx, stages) if stale else None
+    False: already looked up; ``keyed``: see :func:`stale_response`), else the configured
+    degraded answer, else None."""
+    found = stale_response(ctx, stages, keyed) if stale else None
     if found is not None:
         return found
     if stages.degraded_text is None:

@@ -31,7 +31,7 @@ from ..ratelimit import Grant, LearnArgs
 from ..retry.budget import MemoryRetryBudget
 from . import limits, routes
 from .limits import Reservation
-from .opening import Ahead, Tail
+from .opening import Ahead, CallKeys, Tail
 from .ops import Blocking, answer_of
 from .stages import Stages
 
@@ -48,6 +48,7 @@ class Run:
     tail: Tail  # where decisions that need no answer wait for the next round trip
     ahead: Ahead | None = None  # what the opening batch took for the first route
     held: Held | None = None  # the call's spend hold (topped up before a charged retry)
+    keys: CallKeys | None = None  # the opening lookup's cache keys (for the stale lookups)
     request: ChatRequest = field(init=False)  # a continuation replaces it
     tried: set[str] = field(default_factory=set)  # routes a hedge race used up, or reached
     probes: dict[str, bool] = field(default_factory=dict)  # route: its permit is a probe
@@ -292,7 +293,7 @@ class Run:
         stale = not self.stale_looked_up
         if stages.cache is not None and stale:
             degraded: ChatResponse | None = yield Blocking(
-                lambda: routes.degraded_response(ctx, stages)
+                lambda: routes.degraded_response(ctx, stages, keyed=self.keys)
             )
         else:
             degraded = routes.degraded_response(ctx, stages, stale=stale)
@@ -316,7 +317,9 @@ class Run:
         ):
             return None
         self.stale_looked_up = True
-        found: ChatResponse | None = yield Blocking(lambda: routes.stale_response(ctx, stages))
+        found: ChatResponse | None = yield Blocking(
+            lambda: routes.stale_response(ctx, stages, self.keys)
+        )
         return found
 
     def route_order(self, winner: Provider | None) -> list[Provider]:

@@ -107,10 +107,12 @@ class _StreamBase:
         return cached
 
     def _run(self) -> Run:
-        held = self._opening.held if self._opening is not None else None
+        opening = self._opening
+        held, keys = (opening.held, opening.cache_keys) if opening is not None else (None, None)
         return Run(
-            self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead, held=held
-        )
+            self._ctx, self._stages, streaming=True, tail=self._tail, ahead=self._ahead,
+            held=held, keys=keys,
+        )  # fmt: skip
 
     def _ended_with(self, response: ChatResponse | None) -> StreamChunk | None:
         """The route loop's answer (or the opening's cached one) becomes the stream's
