@@ -74,12 +74,15 @@ def test_the_false_hit_rate_never_exceeds_one() -> None:
 
 def test_a_served_answer_is_reported_with_what_its_metadata_say() -> None:
     """A Guard's caller holds the answer, not the CacheHit: its metadata say how the entry
-    was found, and the report takes the answer itself."""
+    was found and which cache served it, and the report takes the answer itself."""
     cache = ResponseCache()
     cache.store(ask(FAQ), answer("a"))
-    served = answer("a").model_copy(
-        update={"metadata": {"cache": "semantic", "cache_matched": "semantic"}}
-    )
+    hit = cache.lookup(ask(PARAPHRASE))
+    assert hit is not None
+    found = {"cache": "semantic", "cache_matched": "semantic"}
+    unnamed = answer("a").model_copy(update={"metadata": found})
+    assert not cache.report_false_hit(unnamed)  # which cache served it? not this one's
+    served = unnamed.model_copy(update={"metadata": {**found, "cache_served_by": hit.served_by}})
     assert cache.report_false_hit(served)
     exact = answer("a").model_copy(
         update={"metadata": {"cache": "exact", "cache_matched": "exact"}}

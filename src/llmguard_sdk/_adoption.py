@@ -174,7 +174,8 @@ class Adoption:
         """Report that ``response``, served from the cache, answered another question: feeds
         the cache's ``stats.false_hit_rate`` and its monitor (see
         :meth:`ResponseCache.report_false_hit <llmguard_sdk.cache.ResponseCache.report_false_hit>`);
-        whether it counted (only answers found by similarity do; False without a cache).
+        whether it counted (only answers this Guard's cache found by similarity do; False
+        without a cache).
 
         .. versionadded:: 0.2.0
         """

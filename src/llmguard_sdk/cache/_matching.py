@@ -59,6 +59,7 @@ class _SemanticMatching:
     _server: RedisCacheBackend | None
     _local: _LocalIndexes
     _recent: RecentEmbeddings
+    _served_by: str  # the name its hits carry (see _served.cache_name)
 
     def _semantic(
         self,
@@ -114,7 +115,7 @@ class _SemanticMatching:
             if refusal is not None:
                 self.stats._reject(refusal)
                 return None
-            return served_hit("semantic", entry, match.similarity)
+            return served_hit("semantic", entry, match.similarity, self._served_by)
         return None
 
     def _candidates(self, index_key: str, probe: Probe) -> list[Match]:

@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import Any, Literal
 
 from .._ids import UniqueIds
+from .._state.stores import Store
 from ..errors import RequestValidationError
 from ..models import ChatResponse
 from .entry import CacheEntry, CacheHit
 
-__all__ = ["hit_id", "hit_metadata", "matched_by", "served_entry", "served_hit"]
+__all__ = [
+    "cache_name",
+    "false_hit_here",
+    "hit_id",
+    "hit_metadata",
+    "matched_by",
+    "served_entry",
+    "served_hit",
+]
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -23,17 +33,26 @@ _HIT_IDS = UniqueIds("llmguard-cache-")
 _ID_KIND = re.compile(r"[A-Za-z]+[-_]")  # how an API's ids begin: chatcmpl-, resp_, msg_
 
 
+def cache_name(state: Store, namespace: str) -> str:
+    """The name a cache's hits carry (:attr:`CacheHit.served_by`): its namespace, and where
+    its entries live: a Redis key prefix (every process's cache on that namespace is one
+    cache), or this in-memory cache alone (a name no other cache has)."""
+    where = state.key_prefix if state.kind == "redis" else f"memory-{uuid.uuid4().hex[:12]}"
+    return f"{where}/{namespace}"
+
+
 def served_hit(
-    kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float
+    kind: Literal["exact", "semantic"], entry: CacheEntry, similarity: float, served_by: str
 ) -> CacheHit | None:
-    """``entry`` as a hit found by ``kind``; ``None`` (a miss, logged) when its answer is in
-    a shape this version cannot read (another version's, sharing the namespace in Redis)."""
+    """``entry`` as a hit found by ``kind`` in the cache named ``served_by``; ``None`` (a
+    miss, logged) when its answer is in a shape this version cannot read (another version's,
+    sharing the namespace in Redis)."""
     try:
         response = entry.chat_response()
     except ValueError as exc:  # (pydantic's ValidationError is one)
         logger.warning("response cache: an answer this version cannot read is a miss: %s", exc)
         return None
-    return CacheHit(kind, entry.entry_id, similarity, response, entry.query, kind)
+    return CacheHit(kind, entry.entry_id, similarity, response, entry.query, kind, served_by)
 
 
 def hit_id(cached_id: str | None) -> str | None:
@@ -52,13 +71,15 @@ def hit_id(cached_id: str | None) -> str | None:
 def hit_metadata(hit: CacheHit) -> dict[str, Any]:
     """The metadata a served answer carries about its hit: ``cache`` (its kind), its
     ``similarity``, ``cache_entry`` (the entry's id), ``cache_matched`` (``"exact"`` or
-    ``"semantic"``: how the entry was found) and ``cached_id``, the stored answer's own id
-    (the served answer has one of its own, :func:`hit_id`), where it had one."""
+    ``"semantic"``: how the entry was found), ``cache_served_by`` (the cache that served it,
+    :func:`cache_name`) and ``cached_id``, the stored answer's own id (the served answer has
+    one of its own, :func:`hit_id`), where it had one."""
     found = {
         "cache": hit.kind,
         "similarity": round(hit.similarity, 4),
         "cache_entry": hit.entry_id,
         "cache_matched": hit.matched,
+        "cache_served_by": hit.served_by,
     }
     return found if hit.response.id is None else {**found, "cached_id": hit.response.id}
 
@@ -75,6 +96,17 @@ def matched_by(served: object) -> Literal["exact", "semantic"] | None:
         )
     matched = served.metadata.get("cache_matched") if served.metadata.get("cache") else None
     return matched if matched in ("exact", "semantic") else None
+
+
+def false_hit_here(served: CacheHit | ChatResponse, name: str) -> bool:
+    """Whether a report of ``served`` as a false hit counts for the cache named ``name``
+    (:func:`cache_name`): an answer found by similarity, served by that cache. ``served``
+    as for :func:`matched_by`."""
+    if matched_by(served) != "semantic":
+        return False
+    if isinstance(served, CacheHit):
+        return served.served_by == name
+    return served.metadata.get("cache_served_by") == name
 
 
 def served_entry(served: CacheHit | ChatResponse) -> str | None:

@@ -33,7 +33,7 @@ from ._config import (
 from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching, fresh
 from ._recent import RecentEmbeddings, embedding_time, lookup_by, stale_by
-from ._served import matched_by, served_entry, served_hit
+from ._served import cache_name, false_hit_here, served_entry, served_hit
 from ._storable import cached_form, storable
 from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
@@ -188,6 +188,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             )
         self.state = open_store(store, key_prefix=key_prefix)
         self.namespace, self.version = namespace, version
+        self._served_by = cache_name(self.state, namespace)
         self.ttl, self.stale_ttl = ttl, stale_ttl
         self.semantic = semantic
         self.threshold, self.margin, self.verify_band = threshold, margin, verify_band
@@ -196,8 +197,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         self._sync_interval = sync_interval
         self._synced_at = -float("inf")
         self.vector_search = vector_search
-        self.monitor = monitor
-        self._closed = False
+        self.monitor, self._closed = monitor, False
         if monitor is not None:
             monitor.use_embedder(self.embedder)
         self._backend, self._server = open_backend(
@@ -282,7 +282,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         by = lookup_by(deadline)
         entry, served = yield from self._read_steps(keys.exact, by)
         if entry is not None and fresh(entry, time.time(), newer):
-            hit = served_hit("exact", entry, 1.0)
+            hit = served_hit("exact", entry, 1.0, self._served_by)
         elif not served:  # the store is away: its candidates could not be read either
             hit = None
         elif self.semantic and keys.query.strip() and (self._local or self._server is not None):
@@ -376,7 +376,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         with answered_by(by):
             entry, served = run(self._read_steps(keys.exact, by))
             if entry is not None:
-                return served_hit("exact", entry, 1.0)
+                return served_hit("exact", entry, 1.0, self._served_by)
             if not served:  # the store is away: its candidates could not be read either
                 return None
             stopped = self.monitor is not None and not self.monitor.serving(self.namespace)
@@ -532,14 +532,14 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         return await anyio.to_thread.run_sync(lambda: self.invalidate(target, scope, **options))
 
     def report_false_hit(self, hit: CacheHit | ChatResponse) -> bool:
-        """Record that a served answer answered the wrong question (feeds
-        ``stats.false_hit_rate`` and the ``monitor``'s estimate): ``hit`` is a lookup's
-        :class:`CacheHit` or the answer a Guard returned (its metadata say how its entry was
-        found, ``cache_matched``, and which it was, ``cache_entry``). Whether it counted: an
-        answer found by its exact key answered the very same request, and an answer not from
-        the cache is no hit. Anything else is a
-        :class:`~llmguard_sdk.errors.RequestValidationError`."""
-        if matched_by(hit) != "semantic":
+        """Record that a served answer answered the wrong question (feeds ``stats.false_hit_rate``
+        and the ``monitor``'s estimate): ``hit`` is a lookup's :class:`CacheHit` or the answer
+        a Guard returned (its metadata say how its entry was found, ``cache_matched``, and
+        which cache served it, ``cache_served_by``). Whether it counted: not for an answer
+        found by its exact key (it answered the same request), nor one another cache served
+        (another namespace or in-memory cache judges it), nor one not from the cache. Anything
+        else is a :class:`~llmguard_sdk.errors.RequestValidationError`."""
+        if not false_hit_here(hit, self._served_by):
             return False
         self.stats._add("false_hits")
         if self.monitor is not None:

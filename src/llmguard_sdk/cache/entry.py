@@ -118,6 +118,8 @@ class CacheHit:
     ``kind`` is ``"exact"``, ``"semantic"`` or ``"stale"`` (an expired entry served because
     every route failed); ``similarity`` is 1.0 for exact hits. ``matched`` says how the entry
     was found, by the request's exact key or by similarity (a stale hit keeps it).
+    ``served_by`` names the cache that served it (see
+    :meth:`~llmguard_sdk.cache.ResponseCache.report_false_hit`).
     """
 
     kind: Literal["exact", "semantic", "stale"]
@@ -126,6 +128,7 @@ class CacheHit:
     response: ChatResponse
     query: str
     matched: Literal["exact", "semantic"] = "semantic"
+    served_by: str = ""
 
 
 _COUNTING = threading.Lock()  # every cache's counters (each update holds it for nanoseconds)
