@@ -139,6 +139,7 @@ class FalseHitMonitor:
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[str, ChatRequest, str] | None] = queue.Queue(queue_size)
         self._worker: threading.Thread | None = None
+        self._leaving = False  # the worker took a stop, found nothing queued and is leaving
         self._idle = threading.Condition(self._lock)
         self._pending = 0
         if meter is not None:
@@ -232,7 +233,9 @@ class FalseHitMonitor:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the worker: queued checks not yet started are dropped, and a check under way
-        is waited for at most ``timeout`` seconds."""
+        is waited for at most ``timeout`` seconds. A sample queued after the stop (a monitor
+        shared with a cache still open) is checked all the same, within the same wait: the
+        worker leaves only once nothing is queued, and a sample after that starts another."""
         worker = self._worker
         if worker is None:
             return
@@ -245,7 +248,7 @@ class FalseHitMonitor:
                 if item is not None:
                     self._pending -= 1
             self._idle.notify_all()
-            if worker.is_alive():  # (a stopped one would leave a stop for the next worker)
+            if worker.is_alive() and not self._leaving:  # (else a stop for the next worker)
                 self._queue.put_nowait(None)  # room: the queue was just emptied
         worker.join(timeout)
 
@@ -298,17 +301,37 @@ class FalseHitMonitor:
             logger.warning("cache namespace %r: semantic hits resumed", namespace)
 
     def _start_worker(self) -> None:
-        if self._worker is None or not self._worker.is_alive():
+        """(Under the lock.) Start a worker unless one is running and not leaving."""
+        if self._worker is None or not self._worker.is_alive() or self._leaving:
+            self._leaving = False
             self._worker = threading.Thread(
                 target=self._run, name="llmguard-cache-monitor", daemon=True
             )
             self._worker.start()
 
+    def _left_over(self) -> tuple[str, ChatRequest, str] | None:
+        """After a stop: a sample queued since (further stops skipped), or ``None`` when
+        none is, and the worker leaves (decided under the lock that a sample queues under, so
+        a sample queued later starts another worker)."""
+        with self._lock:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    self._leaving = True
+                    return None
+                if item is not None:
+                    return item
+
     def _run(self) -> None:
+        stopping = False  # a stop was taken: check what is queued, then leave
         while True:
-            item = self._queue.get()
+            item = self._left_over() if stopping else self._queue.get()
             if item is None:
-                return
+                if stopping:
+                    return
+                stopping = True
+                continue
             namespace, request, cached_text = item
             try:
                 self._check(namespace, request, cached_text)
