@@ -53,7 +53,8 @@ KEYS = ["reasoning_content", "reasoning", "thinking"]
 def test_streamed_reasoning_is_carried_apart_and_makes_no_empty_chunk(key: str) -> None:
     """The reasoning deltas made chunks with nothing in them: openai's SDK got a chunk with
     an empty delta for each, through the seam and the stand-in client, and the reasoning
-    itself was lost; Mistral's content chunks (a list) were dropped whole, its answer's text
+    itself was lost (it is given back under the name the route gave it); Mistral's content
+    chunks (a list) were dropped whole, its answer's text
     with them."""
     openai = require_module("openai", "openai is a dev dependency")
     with (
@@ -73,8 +74,12 @@ def test_streamed_reasoning_is_carried_apart_and_makes_no_empty_chunk(key: str) 
     for stream in (chunks, stand_in):
         choices = [c.choices[0] for c in stream if c.choices]
         assert "".join(choice.delta.content or "" for choice in choices) == "Four."
-        # (the first chunk may carry the role alone, as OpenAI's do)
-        assert all(choice.delta.content or choice.finish_reason for choice in choices[1:])
+        # (the first chunk may carry the role alone, as OpenAI's do); a reasoning delta
+        # carries its piece under the route's own name (delta.reasoning_content ...)
+        said = [getattr(choice.delta, key, None) for choice in choices]
+        pairs = zip(choices[1:], said[1:], strict=True)
+        assert all(c.delta.content or c.finish_reason or s for c, s in pairs)
+        assert "".join(s or "" for s in said) == ("" if key == "thinking" else "Two and two.")
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert deltas == ["Four."]
 

@@ -35,8 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._core.calls import stream_flag
 from ._core.refusals import refusals
 from ._core.stages import resolve_scope
+from ._ids import UniqueIds
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
+from .providers._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
 from .providers._chat_usage import chat_usage
 from .providers.wire import chat_chunk_carries, chat_chunk_skipped
 
@@ -136,12 +138,34 @@ def _openai_usage(usage: Usage | None) -> CompletionUsage | None:
     return None if body is None else CompletionUsage.model_validate(body)
 
 
+_ANSWER_IDS = UniqueIds("llmguard-")  # (no two answers of any process share one)
+
+
+def _new_id() -> str:
+    return f"chatcmpl-{_ANSWER_IDS.next()}"
+
+
+def _sent(metadata: Mapping[str, Any], key: str, model: type[BaseModel]) -> dict[str, Any]:
+    """The provider's fields kept under ``key`` that ``model`` has no field of its own for."""
+    return {k: v for k, v in kept_fields(metadata, key).items() if k not in model.model_fields}
+
+
+def _pieces(metadata: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """A message's (a delta's) fields besides content and tool calls: OpenAI's refusal, and
+    the route's other fields (``audio``, ``annotations``, ``reasoning_content`` ...) as sent."""
+    pieces = _sent(metadata, MESSAGE_FIELDS, model)
+    refusal = metadata.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        pieces["refusal"] = refusal
+    return pieces
+
+
 def _choice(response: ChatResponse) -> Choice:
-    """The completion's choice; OpenAI's refusal (``message.refusal``, no content in its place)
-    and the logprobs as the provider sent them (``choice.logprobs``)."""
-    refusal = response.metadata.get("refusal")
-    pieces: dict[str, Any] = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
-    text = response.text if response.text or not (response.tool_calls or pieces) else None
+    """The completion's choice; OpenAI's refusal (``message.refusal``, no content in its place),
+    the message's other fields and the logprobs as the provider sent them."""
+    pieces = _pieces(response.metadata, ChatCompletionMessage)
+    refusal = pieces.get("refusal")
+    text = response.text if response.text or not (response.tool_calls or refusal) else None
     message = ChatCompletionMessage(content=text, tool_calls=response.tool_calls, **pieces)
     logprobs = (
         {"logprobs": response.metadata["logprobs"]} if "logprobs" in response.metadata else {}
@@ -151,14 +175,17 @@ def _choice(response: ChatResponse) -> Choice:
 
 
 def to_completion(response: ChatResponse) -> ChatCompletion:
-    """A :class:`ChatResponse` in openai's ``ChatCompletion`` shape."""
+    """A :class:`ChatResponse` in openai's ``ChatCompletion`` shape, with the provider's
+    ``created``, ``system_fingerprint``, ``service_tier`` ... where it sent them."""
+    fields = _sent(response.metadata, COMPLETION_FIELDS, ChatCompletion)
     return ChatCompletion(
-        id=response.id or f"chatcmpl-llmguard-{time.time_ns()}",
-        created=int(time.time()),
+        id=response.id or _new_id(),
+        created=created_of(kept_fields(response.metadata, COMPLETION_FIELDS), int(time.time())),
         model=response.model,
         choices=[_choice(response)],
         usage=_openai_usage(response.usage),
         llmguard=response,
+        **fields,
     )
 
 
@@ -167,26 +194,36 @@ def _usage_only(chunk: StreamChunk) -> bool:
 
 
 def _chunk_choice(chunk: StreamChunk) -> ChunkChoice:
-    """The chunk's choice; its piece of OpenAI's refusal and its logprobs as the provider
-    sent them (openai's ``delta.refusal`` and ``choice.logprobs``)."""
-    refusal = chunk.metadata.get("refusal")
-    pieces: dict[str, Any] = {"refusal": refusal} if isinstance(refusal, str) and refusal else {}
+    """The chunk's choice; its piece of OpenAI's refusal, of the message's other fields
+    (``delta.reasoning_content`` ...) and its logprobs as the provider sent them."""
+    pieces = _pieces(chunk.metadata, ChoiceDelta)
     delta = ChoiceDelta(role="assistant", content=chunk.text, tool_calls=chunk.tool_calls, **pieces)
     logprobs = {"logprobs": chunk.metadata["logprobs"]} if "logprobs" in chunk.metadata else {}
     finish = openai_finish_reason(chunk.finish_reason)
     return ChunkChoice(delta=delta, finish_reason=finish, **logprobs)
 
 
-def to_chunk(chunk: StreamChunk, created: int, *, usage: bool = True) -> ChatCompletionChunk:
+def to_chunk(
+    chunk: StreamChunk,
+    created: int,
+    *,
+    usage: bool = True,
+    head: Mapping[str, Any] | None = None,
+) -> ChatCompletionChunk:
     """A :class:`StreamChunk` in openai's ``ChatCompletionChunk`` shape (``usage``: with its
-    usage, which openai sends only when ``stream_options.include_usage`` asks for it)."""
+    usage, which openai sends only when ``stream_options.include_usage`` asks for it;
+    ``head``: the stream's ``id`` and the provider's ``created``, ``system_fingerprint`` ...,
+    each chunk's)."""
     choices = [] if _usage_only(chunk) else [_chunk_choice(chunk)]
+    given = {k: v for k, v in (head or {}).items() if k not in ("choices", "model", "usage")}
+    if "id" not in given:
+        given["id"] = chunk.id or _new_id()
+    given.setdefault("created", created)
     return ChatCompletionChunk(
-        id=chunk.id or "chatcmpl-llmguard",
-        created=created,
         model=chunk.model,
         choices=choices,
         usage=_openai_usage(chunk.usage) if usage else None,
+        **given,
     )
 
 
@@ -401,6 +438,7 @@ class _Chunks(Generic[_GuardStream]):
         self._created = int(time.time())
         self._usage = usage
         self._held: ChatCompletionChunk | None = None  # a usage chunk due next
+        self._head: dict[str, Any] = {}  # the stream's id, created, system_fingerprint ...
 
     def _skips(self, chunk: StreamChunk) -> bool:
         return chat_chunk_skipped(chunk, usage=self._usage)
@@ -409,7 +447,11 @@ class _Chunks(Generic[_GuardStream]):
         """``chunk`` as openai's; one that finishes and carries usage (a cache hit's only
         chunk) is its choice now and its usage next, on a chunk without choices, as openai
         sends usage."""
-        out = to_chunk(chunk, self._created, usage=self._usage)
+        fields = kept_fields(chunk.metadata, COMPLETION_FIELDS)
+        if not self._head:  # one id for the stream, the route's else one of its own
+            self._head = {"id": chunk.id or _new_id(), "created": created_of(fields, self._created)}
+        self._head.update({k: v for k, v in fields.items() if k != "created"})
+        out = to_chunk(chunk, self._created, usage=self._usage, head=self._head)
         if out.usage is not None and out.choices:
             self._held = out.model_copy(update={"choices": []})
             out = out.model_copy(update={"usage": None})

@@ -9,7 +9,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["choice_metadata", "content_text", "reasoning", "tool_calls_of"]
+__all__ = [
+    "COMPLETION_FIELDS",
+    "MESSAGE_FIELDS",
+    "READ_ANSWER",
+    "choice_metadata",
+    "content_text",
+    "created_of",
+    "kept_fields",
+    "other_fields",
+    "reasoning",
+    "tool_calls_of",
+]
+
+MESSAGE_FIELDS = "message_fields"
+"""The metadata key of a message's (a delta's) other fields, as the provider sent them."""
+
+COMPLETION_FIELDS = "completion_fields"
+"""The metadata key of an answer's (a chunk's) other top-level fields, as sent."""
+
+_READ_MESSAGE = frozenset({"role", "content", "tool_calls", "refusal"})
+READ_ANSWER = frozenset({"id", "object", "model", "choices", "usage", "error"})
+"""An answer's (a chunk's) top-level fields the Guard reads itself."""
+
+
+def other_fields(sent: Mapping[str, Any], read: frozenset[str]) -> dict[str, Any]:
+    """The fields of ``sent`` the Guard does not read itself (not in ``read``), as sent,
+    those that are ``null`` left out."""
+    return {k: v for k, v in sent.items() if k not in read and v is not None}
 
 
 def reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,8 +80,13 @@ def choice_metadata(choice: Mapping[str, Any], message: Mapping[str, Any]) -> di
     ``message`` (a stream chunk's: its ``delta``): OpenAI's refusal (beside the content, or
     in its place), the logprobs (asked for with ``logprobs=True``), each as the provider
     sent it, and the model's reasoning (see :func:`reasoning`); a stream's assembly joins
-    its chunks' pieces (see :class:`~llmguard_sdk.models.StreamChunk`)."""
+    its chunks' pieces (see :class:`~llmguard_sdk.models.StreamChunk`). The message's
+    other fields (``audio``, ``annotations``, ``reasoning_content`` ...), as sent, in
+    ``message_fields``, so an answer in OpenAI's shape gives them back."""
     metadata: dict[str, Any] = reasoning(message)
+    fields = other_fields(message, _READ_MESSAGE)
+    if fields:
+        metadata[MESSAGE_FIELDS] = fields
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
         metadata["refusal"] = refusal
@@ -72,3 +104,16 @@ def tool_calls_of(raw: object, problem: Any) -> list[dict[str, Any]] | None:
     if not isinstance(raw, list) or not all(isinstance(call, dict) for call in raw):
         raise problem("tool_calls is not a list of objects")
     return raw or None
+
+
+def kept_fields(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """The provider's fields an answer's (a chunk's) ``metadata`` keeps under ``key``
+    (:data:`MESSAGE_FIELDS`, :data:`COMPLETION_FIELDS`); none where there are none."""
+    fields = metadata.get(key)
+    return {str(k): v for k, v in fields.items()} if isinstance(fields, Mapping) else {}
+
+
+def created_of(fields: Mapping[str, Any], default: int) -> int:
+    """The answer's ``created`` as the provider gave it in ``fields``, else ``default``."""
+    created = fields.get("created")
+    return created if isinstance(created, int) and not isinstance(created, bool) else default

@@ -23,7 +23,14 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import StreamChunk
-from ._chat_content import choice_metadata, content_text, tool_calls_of
+from ._chat_content import (
+    COMPLETION_FIELDS,
+    READ_ANSWER,
+    choice_metadata,
+    content_text,
+    other_fields,
+    tool_calls_of,
+)
 from ._error_kinds import error_answer, judged_error
 from ._wire_errors import JSON_ERRORS, error_message, http_error, str_or_none
 from .sse import SSEDecoder
@@ -57,6 +64,7 @@ class StreamState:
         self.status = 0
         self.headers: dict[str, str] = {}
         self._headers_given = False  # the first chunk carries the response headers
+        self._fields_given: set[str] = set()  # (created, system_fingerprint ...: each once)
 
     def accept(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether the answer is a 200 event stream; False means: read the error body."""
@@ -154,6 +162,11 @@ class StreamState:
             finish = str_or_none(choice.get("finish_reason"))
             tool_calls = tool_calls_of(delta.get("tool_calls"), self._malformed)
             metadata = choice_metadata(choice, delta)
+        sent = other_fields(event, READ_ANSWER).items()  # once each: the stream joins text
+        fields = {k: v for k, v in sent if k not in self._fields_given}
+        if fields:
+            self._fields_given.update(fields)
+            metadata[COMPLETION_FIELDS] = fields
         try:
             return StreamChunk(
                 text=text,

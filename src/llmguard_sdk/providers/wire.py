@@ -19,7 +19,15 @@ from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import MalformedResponseError
 from ..models import ChatResponse, StreamChunk
 from ._anthropic_only import CACHE_CONTROL, SERVER_TOOLS
-from ._chat_content import choice_metadata, content_text, tool_calls_of
+from ._chat_content import (
+    COMPLETION_FIELDS,
+    MESSAGE_FIELDS,
+    READ_ANSWER,
+    choice_metadata,
+    content_text,
+    other_fields,
+    tool_calls_of,
+)
 from ._error_kinds import error_answer
 from ._wire_errors import MAX_ERROR_BODY_BYTES as MAX_ERROR_BODY_BYTES  # (not in __all__)
 from ._wire_errors import (
@@ -90,6 +98,9 @@ def parse_completion(
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
     metadata = choice_metadata(choices[0], message)  # its refusal, logprobs, reasoning
+    fields = other_fields(data, READ_ANSWER)  # created, system_fingerprint, service_tier ...
+    if fields:
+        metadata[COMPLETION_FIELDS] = fields
     return answer_response(
         data,
         text=text,
@@ -145,7 +156,8 @@ def answer_response(
 
 def chat_chunk_carries(chunk: StreamChunk) -> bool:
     """Whether a chunk carries what a chat-completions chunk's choice has a place for: text,
-    a finish, tool calls, a piece of a refusal or logprobs (see
+    a finish, tool calls, a piece of a refusal, logprobs or other message fields
+    (``reasoning_content``, ``audio`` ..., see
     :func:`~llmguard_sdk.providers._chat_content.choice_metadata`);
     not a thinking block of Claude's, say, or usage alone."""
     return bool(
@@ -154,6 +166,7 @@ def chat_chunk_carries(chunk: StreamChunk) -> bool:
         or chunk.tool_calls
         or "refusal" in chunk.metadata
         or "logprobs" in chunk.metadata
+        or MESSAGE_FIELDS in chunk.metadata
     )
 
 
@@ -168,7 +181,7 @@ def chat_chunk_skipped(chunk: StreamChunk, *, usage: bool) -> bool:
         return False
     if chunk.usage is not None:
         return not usage
-    return bool(chunk.metadata)
+    return bool(chunk.metadata.keys() - {COMPLETION_FIELDS})  # (system_fingerprint ...: kept)
 
 
 CHAT_COMPLETIONS = AnswerShape(parse_completion, StreamState)

@@ -11,6 +11,7 @@ from ..client import _call_arguments, _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
+from ..providers._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
 from ..providers._chat_usage import chat_usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY, chat_chunk_carries, chat_chunk_skipped
 from . import _wire
@@ -54,7 +55,9 @@ class ChatWire:
 
     def answer(self, response: ChatResponse, request: Mapping[str, Any]) -> dict[str, Any]:
         """The ``chat.completion`` object of ``response`` (the request's body says nothing in
-        it)."""
+        it), with the fields of the provider's message and answer the Guard does not read
+        (``audio``, ``annotations``, ``reasoning_content``; ``created``,
+        ``system_fingerprint``, ``service_tier`` ...) as the provider sent them."""
         refusal = response.metadata.get("refusal")  # OpenAI's, in place of content
         text = response.text if response.text or not (response.tool_calls or refusal) else None
         message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -62,14 +65,19 @@ class ChatWire:
             message["refusal"] = refusal
         if response.tool_calls:
             message["tool_calls"] = response.tool_calls
+        for key, value in kept_fields(response.metadata, MESSAGE_FIELDS).items():
+            message.setdefault(key, value)
         finish = openai_finish_reason(response.finish_reason)  # Claude's pause_turn: "length"
+        fields = kept_fields(response.metadata, COMPLETION_FIELDS)
         body: dict[str, Any] = {
             "id": response.id or _wire.new_id("chatcmpl"),
             "object": "chat.completion",
-            "created": int(time.time()),
+            "created": created_of(fields, int(time.time())),
             "model": response.model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
+        for key, value in fields.items():
+            body.setdefault(key, value)
         if "logprobs" in response.metadata:  # the provider's, asked for with logprobs=True
             body["choices"][0]["logprobs"] = response.metadata["logprobs"]
         usage = chat_usage(response.usage)
@@ -102,11 +110,15 @@ class ChunkWriter:
         self._id: str | None = None
         self._first = True
         self._places: dict[int, int] = {}  # a call's index as the route gave it -> its place
+        self._fields: dict[str, Any] = {}  # the provider's system_fingerprint ..., on each
 
     def event(self, chunk: StreamChunk) -> bytes:
-        """One chunk as an SSE event."""
+        """One chunk as an SSE event, with the provider's fields the Guard does not read
+        (``created``, ``system_fingerprint`` ...) as it sent them."""
+        self._fields.update(kept_fields(chunk.metadata, COMPLETION_FIELDS))
         if self._id is None:
             self._id = chunk.id or _wire.new_id("chatcmpl")
+            self._created = created_of(self._fields, self._created)
         data: dict[str, Any] = {
             "id": self._id,
             "object": "chat.completion.chunk",
@@ -114,6 +126,8 @@ class ChunkWriter:
             "model": chunk.model or self._model,
             "choices": [],
         }
+        for key, value in self._fields.items():
+            data.setdefault(key, value)
         if chat_chunk_skipped(chunk, usage=self._usage):  # a thinking block, say: no place
             return b""
         if chunk.usage is None or chat_chunk_carries(chunk):
@@ -139,6 +153,8 @@ class ChunkWriter:
         refusal = chunk.metadata.get("refusal")  # this chunk's piece of OpenAI's refusal
         if isinstance(refusal, str) and refusal:
             delta["refusal"] = refusal
+        for key, value in kept_fields(chunk.metadata, MESSAGE_FIELDS).items():
+            delta.setdefault(key, value)  # reasoning_content, audio ...: as the route sent them
         finish = openai_finish_reason(chunk.finish_reason)
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
         if "logprobs" in chunk.metadata:  # this chunk's, as the provider sent them

@@ -1,0 +1,175 @@
+"""The drop-in OpenAI clients give back what the route's message and answer said beyond the
+content: a message's ``audio`` (gpt-4o-audio), its ``annotations`` (web search's
+``url_citation``), a DeepSeek-style ``reasoning_content`` (plain and streamed, as
+``delta.reasoning_content``), and the answer's ``created``, ``system_fingerprint`` and
+``service_tier``, as a direct call to the route gives them. They were dropped: the Guard kept
+only the reasoning, refusal and logprobs, and both clients (openai's over the Guard's
+transport, the look-alike without openai) answered ``None`` and the Guard's own clock. The
+Guard keeps them in ``metadata["message_fields"]`` / ``metadata["completion_fields"]``;
+its own metadata (``call_id`` ...) never reaches the message.
+
+The look-alike's stream ids, where the route sends none, are unique per stream (they were
+one constant, ``chatcmpl-llmguard``, for every stream).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.client import GuardedClient
+
+from .conftest import USER, require_module
+
+_AUDIO = {"id": "audio_1", "data": "UklGRg==", "expires_at": 1800000000, "transcript": "Hi"}
+_CITATION = {
+    "type": "url_citation",
+    "url_citation": {"url": "https://x.test", "title": "t", "start_index": 0, "end_index": 2},
+}
+_HEAD = {"created": 1700000000, "system_fingerprint": "fp_abc", "service_tier": "default"}
+_PLAIN = {
+    "id": "chatcmpl-R1P",
+    "object": "chat.completion",
+    "model": "m",
+    **_HEAD,
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {
+                "role": "assistant",
+                "content": "Answer.",
+                "refusal": None,
+                "reasoning_content": "Let me think.",
+                "annotations": [_CITATION],
+                "audio": _AUDIO,
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+}
+_DELTAS: list[dict[str, Any]] = [
+    {"role": "assistant", "content": None, "reasoning_content": ""},
+    {"content": None, "reasoning_content": "Let "},
+    {"content": None, "reasoning_content": "me think."},
+    {"content": "Answer."},
+]
+
+
+def _events(ids: bool) -> list[dict[str, Any]]:
+    head = {"object": "chat.completion.chunk", "model": "m", **_HEAD}
+    if ids:
+        head["id"] = "chatcmpl-R1"
+    out = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in _DELTAS]
+    out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return out
+
+
+class _Route(BaseHTTPRequestHandler):
+    """A chat-completions route answering ``_PLAIN``, or ``_events`` as a stream (without
+    ids where ``server.ids`` is false)."""
+
+    server: Any
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not body.get("stream"):
+            data = json.dumps(_PLAIN).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        sent = _events(self.server.ids)
+        events = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in sent)
+        events += b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(events)))
+        self.end_headers()
+        self.wfile.write(events)
+
+
+@pytest.fixture
+def route() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Route)
+    server.ids = True  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def guard(route: ThreadingHTTPServer) -> Iterator[Guard]:
+    url = f"http://127.0.0.1:{route.server_port}/v1"
+    with Guard(OpenAICompatibleProvider(url, model="m", name="ds"), environ={}) as guard:
+        yield guard
+
+
+def _clients(guard: Guard) -> list[Any]:
+    require_module("openai", "openai is a dev dependency")
+    return [guard.client(), GuardedClient(guard)]  # openai's own, and the look-alike
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return dict(model.model_dump())
+
+
+def test_the_guard_keeps_the_messages_and_answers_other_fields(guard: Guard) -> None:
+    metadata = guard.chat(USER).metadata
+    assert metadata["message_fields"] == {
+        "reasoning_content": "Let me think.",
+        "annotations": [_CITATION],
+        "audio": _AUDIO,
+    }
+    assert metadata["completion_fields"] == _HEAD
+
+
+def test_an_answer_gives_back_audio_annotations_and_reasoning_content(guard: Guard) -> None:
+    for client in _clients(guard):
+        answer = client.chat.completions.create(model="m", messages=USER)
+        message = _dump(answer.choices[0].message)
+        assert message["content"] == "Answer."
+        assert message["reasoning_content"] == "Let me think."
+        assert message["annotations"] == [_CITATION]
+        assert message["audio"] == _AUDIO
+        assert "call_id" not in message  # the Guard's own metadata stays its own
+        dumped = _dump(answer)
+        assert {k: dumped[k] for k in _HEAD} == _HEAD  # the route's clock, not the Guard's
+
+
+def test_a_stream_gives_back_reasoning_content_and_the_routes_fields(guard: Guard) -> None:
+    for client in _clients(guard):
+        chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+        deltas = [_dump(c.choices[0].delta) for c in chunks if c.choices]
+        assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Let me think."
+        assert "".join(d.get("content") or "" for d in deltas) == "Answer."
+        for chunk in chunks:
+            assert {k: _dump(chunk)[k] for k in _HEAD} == _HEAD
+
+
+def test_streams_without_route_ids_each_get_an_id_of_their_own(
+    guard: Guard, route: ThreadingHTTPServer
+) -> None:
+    route.ids = False  # type: ignore[attr-defined]
+    for client in _clients(guard):
+        ids = []
+        for _ in range(3):
+            chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+            assert len({c.id for c in chunks}) == 1  # one id per stream
+            ids.append(chunks[0].id)
+        assert len(set(ids)) == 3
+        assert all(i.startswith("chatcmpl-") for i in ids)
