@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..models import ChatResponse, StreamChunk
 from ..providers._anthropic_only import HEADERS as CLAUDE_OWN_HEADERS
+from ..providers._error_kinds import body_error
 from ._controls import OWN_PREFIX, SCOPE_HEADERS, cache_controls
 from ._overflow import anthropic_overflow
 
@@ -341,10 +342,24 @@ def overflow_message(exc: LLMGuardError) -> str:
     return anthropic_overflow(last if last is not None else exc, str(exc))
 
 
+def _provider_said(last: BaseException | None) -> tuple[str | None, str | None]:
+    """The ``code`` and ``param`` of the provider's own error object, where ``last`` is a
+    provider's error whose body has one (OpenAI's 429 ``insufficient_quota`` or
+    ``rate_limit_exceeded``, 401 ``invalid_api_key`` ...); ``None`` for each it lacks."""
+    error = body_error(last.body) if isinstance(last, ProviderError) and last.body else None
+    if not isinstance(error, Mapping):
+        return None, None
+    code, param = error.get("code"), error.get("param")
+    return (code if isinstance(code, str) else None), (param if isinstance(param, str) else None)
+
+
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
     """OpenAI's error body for ``exc``; a content filter's refusal (every route failed: the
-    last route's) with the code the provider gave it."""
+    last route's) with the code the provider gave it; where the Guard has no code of its own,
+    the provider's ``code`` and ``param`` as it gave them (so ``e.code`` tells a spent quota
+    from a rate limit, as a direct call's does)."""
     status, last = status_of(exc), _last(exc)
+    provider_code, param = _provider_said(last)
     code = (
         last.code  # the provider's own (content_policy_violation, content_filter ...)
         if isinstance(last, ContentPolicyError)
@@ -356,10 +371,10 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
         if isinstance(exc, NotServedError)
         else "model_not_found"
         if isinstance(exc, UnknownModelError)
-        else None
+        else provider_code
     )
     message = str(exc) + (_OVERFLOW if code == "context_length_exceeded" else "")
-    return {"error": {"message": message, "type": error_type(status), "param": None, "code": code}}
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
 def new_id(prefix: str) -> str:

@@ -1,0 +1,61 @@
+"""A failed call through the drop-in OpenAI clients (``guard.client()``, openai's SDK over
+``http_client(guard)``) keeps the provider's error ``code`` and ``param`` where the Guard has
+none of its own: OpenAI's 429 ``insufficient_quota`` (a spent quota: top up) and
+``rate_limit_exceeded`` (wait) stay apart by ``e.code``, as a direct call's do. Both were
+replaced by ``null``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from llmguard_sdk import Guard, OpenAICompatibleProvider, RetryPolicy
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.transport import http_client
+
+from .conftest import USER, require_module
+from .rawserver import RawServer, http_response
+
+
+def _clients(guard: Guard) -> list[Any]:
+    openai = require_module("openai", "openai is a dev dependency")
+    seam = openai.OpenAI(
+        api_key="unused", base_url="http://guard.test/v1", http_client=http_client(guard)
+    )
+    return [guard.client(), seam]
+
+
+@pytest.mark.parametrize("code", ["insufficient_quota", "rate_limit_exceeded"])
+def test_a_429_keeps_the_code_that_tells_a_spent_quota_from_a_rate_limit(
+    fake: FakeProvider, code: str
+) -> None:
+    openai = require_module("openai", "openai is a dev dependency")
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="p")
+    with Guard(route, environ={}, retry=RetryPolicy(attempts=1)) as guard:
+        for client in _clients(guard):
+            fake.script(Fault(status=429, error_code=code, error_message="no"))
+            with pytest.raises(openai.RateLimitError) as info:
+                client.chat.completions.create(model=fake.model, messages=USER)
+            assert info.value.code == code
+            assert info.value.body["code"] == code
+
+
+def test_a_400_keeps_the_providers_code_and_param() -> None:
+    openai = require_module("openai", "openai is a dev dependency")
+    error = {
+        "message": "Invalid value for 'temperature'",
+        "type": "invalid_request_error",
+        "param": "temperature",
+        "code": "invalid_value",
+    }
+    answer = http_response(json.dumps({"error": error}).encode(), status="400 Bad Request")
+    with (
+        RawServer(answer) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        for client in _clients(guard):
+            with pytest.raises(openai.BadRequestError) as info:
+                client.chat.completions.create(model="m", messages=USER, temperature=1.5)
+            assert (info.value.code, info.value.param) == ("invalid_value", "temperature")
