@@ -2,9 +2,11 @@
 content: a message's ``audio`` (gpt-4o-audio), its ``annotations`` (web search's
 ``url_citation``), a DeepSeek-style ``reasoning_content`` (plain and streamed, as
 ``delta.reasoning_content``), and the answer's ``created``, ``system_fingerprint`` and
-``service_tier``, as a direct call to the route gives them. They were dropped: the Guard kept
-only the reasoning, refusal and logprobs, and both clients (openai's over the Guard's
-transport, the look-alike without openai) answered ``None`` and the Guard's own clock. The
+``service_tier`` and its usage's ``accepted_prediction_tokens`` and
+``rejected_prediction_tokens`` (Predicted Outputs), as a direct call to the route gives
+them. They were dropped: the Guard kept only the reasoning, refusal and logprobs, and both
+clients (openai's over the Guard's transport, the look-alike without openai) answered
+``None`` and the Guard's own clock. The
 Guard keeps them in ``metadata["message_fields"]`` / ``metadata["completion_fields"]``;
 its own metadata (``call_id`` ...) never reaches the message.
 
@@ -52,7 +54,15 @@ _PLAIN = {
             },
         }
     ],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11},
+    "usage": {
+        "prompt_tokens": 5,
+        "completion_tokens": 6,
+        "total_tokens": 11,
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": 2,
+            "rejected_prediction_tokens": 1,
+        },
+    },
 }
 _DELTAS: list[dict[str, Any]] = [
     {"role": "assistant", "content": None, "reasoning_content": ""},
@@ -136,6 +146,9 @@ def test_the_guard_keeps_the_messages_and_answers_other_fields(guard: Guard) -> 
         "audio": _AUDIO,
     }
     assert metadata["completion_fields"] == _HEAD
+    usage = guard.chat(USER).usage
+    assert usage is not None
+    assert (usage.accepted_prediction_tokens, usage.rejected_prediction_tokens) == (2, 1)
 
 
 def test_an_answer_gives_back_audio_annotations_and_reasoning_content(guard: Guard) -> None:
@@ -149,6 +162,9 @@ def test_an_answer_gives_back_audio_annotations_and_reasoning_content(guard: Gua
         assert "call_id" not in message  # the Guard's own metadata stays its own
         dumped = _dump(answer)
         assert {k: dumped[k] for k in _HEAD} == _HEAD  # the route's clock, not the Guard's
+        details = dumped["usage"]["completion_tokens_details"]
+        assert details["accepted_prediction_tokens"] == 2
+        assert details["rejected_prediction_tokens"] == 1
 
 
 def test_a_stream_gives_back_reasoning_content_and_the_routes_fields(guard: Guard) -> None:

@@ -436,10 +436,14 @@ class Usage(BaseModel):
     that carried audio, ``audio_output_tokens`` the output tokens (among ``output_tokens``)
     that did (OpenAI's ``prompt_tokens_details.audio_tokens`` and
     ``completion_tokens_details.audio_tokens``), billed at a model's audio rates.
+    ``accepted_prediction_tokens`` and ``rejected_prediction_tokens`` are OpenAI's counts of a
+    Predicted Output's tokens that appeared in the answer and that did not (the rejected ones
+    are among ``output_tokens``, billed as output).
 
     .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens``,
-       ``cache_write_12h_input_tokens``, ``service_tier``, ``audio_input_tokens`` and
-       ``audio_output_tokens``.
+       ``cache_write_12h_input_tokens``, ``service_tier``, ``audio_input_tokens``,
+       ``audio_output_tokens``, ``accepted_prediction_tokens`` and
+       ``rejected_prediction_tokens``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -455,6 +459,8 @@ class Usage(BaseModel):
     cache_write_12h_input_tokens: int = Field(default=0, ge=0)
     audio_input_tokens: int = Field(default=0, ge=0)
     audio_output_tokens: int = Field(default=0, ge=0)
+    accepted_prediction_tokens: int = Field(default=0, ge=0)
+    rejected_prediction_tokens: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:

@@ -111,6 +111,11 @@ _AUDIO = (
     _fields("prompt_tokens_details.audio_tokens", "completion_tokens_details.audio_tokens"),
     _fields("input_tokens_details.audio_tokens", "output_tokens_details.audio_tokens"),
 )
+# a Predicted Output's tokens accepted and rejected (chat): two lookups more
+_PREDICTION = _fields(
+    "completion_tokens_details.accepted_prediction_tokens",
+    "completion_tokens_details.rejected_prediction_tokens",
+)
 # DeepSeek's cache reads and the rest of its input, beside prompt_tokens (chat): two lookups
 _HIT_MISS = _fields("prompt_cache_hit_tokens", "prompt_cache_miss_tokens")
 _MESSAGES = _fields(
@@ -192,6 +197,8 @@ def usable_usage(usage: Usage | None) -> Usage | None:
         "reasoning_tokens": usage.reasoning_tokens,
         "audio_input_tokens": usage.audio_input_tokens,
         "audio_output_tokens": usage.audio_output_tokens,
+        "accepted_prediction_tokens": usage.accepted_prediction_tokens,
+        "rejected_prediction_tokens": usage.rejected_prediction_tokens,
     }
     if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
         return usage
@@ -283,8 +290,11 @@ def usage_from_payload(
         flat = _FLAT_12H[fields is _RESPONSES]
         values[6] = _read(raw, flat)[0]
         absurd = absurd or _absurd(flat, values[6:7])
+    predicted: list[object] = [0, 0]
     if fields is _CHAT:
         absurd = absurd or _hits_and_misses(raw, values)
+        predicted = _read(raw, _PREDICTION)
+        absurd = absurd or _absurd(_PREDICTION, predicted)
     audio: list[object] = [0, 0]
     if fields is not _MESSAGES:  # (Anthropic's messages carry no audio)
         audio = _read(raw, _AUDIO[fields is _RESPONSES])
@@ -312,5 +322,7 @@ def usage_from_payload(
         service_tier=tier if isinstance(tier, str) and tier else None,
         audio_input_tokens=min(_count(audio[0]) or 0, input_tokens),
         audio_output_tokens=min(_count(audio[1]) or 0, output_tokens),
+        accepted_prediction_tokens=_count(predicted[0]) or 0,
+        rejected_prediction_tokens=min(_count(predicted[1]) or 0, output_tokens),
     )
     return usage, reported

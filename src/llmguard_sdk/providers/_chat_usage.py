@@ -18,7 +18,8 @@ def chat_usage(usage: Usage | None) -> dict[str, Any] | None:
     input tokens read from the cache in ``prompt_tokens_details`` with, where there are any,
     those written to it (openai's optional ``cache_write_tokens``, billed above input by
     OpenAI's newer models) and those that carried audio (``audio_tokens``); the reasoning
-    and audio output tokens in ``completion_tokens_details``, where there are any."""
+    and audio output tokens and a Predicted Output's accepted and rejected tokens in
+    ``completion_tokens_details``, where there are any."""
     if usage is None:
         return None
     prompt = {"cached_tokens": usage.cached_input_tokens}
@@ -37,6 +38,9 @@ def chat_usage(usage: Usage | None) -> dict[str, Any] | None:
         completion["reasoning_tokens"] = usage.reasoning_tokens
     if usage.audio_output_tokens:
         completion["audio_tokens"] = usage.audio_output_tokens
+    if usage.accepted_prediction_tokens or usage.rejected_prediction_tokens:
+        completion["accepted_prediction_tokens"] = usage.accepted_prediction_tokens
+        completion["rejected_prediction_tokens"] = usage.rejected_prediction_tokens
     if completion:
         body["completion_tokens_details"] = completion
     return body
