@@ -28,6 +28,7 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider
 from llmguard_sdk.client import GuardedClient
 
 from .conftest import USER, require_module
+from .rawserver import RawServer, sse_head
 
 _AUDIO = {"id": "audio_1", "data": "UklGRg==", "expires_at": 1800000000, "transcript": "Hi"}
 _CITATION = {
@@ -189,3 +190,29 @@ def test_streams_without_route_ids_each_get_an_id_of_their_own(
             ids.append(chunks[0].id)
         assert len(set(ids)) == 3
         assert all(i.startswith("chatcmpl-") for i in ids)
+
+
+def test_a_route_that_answers_after_a_broken_one_gives_its_own_answer_fields(
+    route: ThreadingHTTPServer,
+) -> None:
+    """A stream broken after reasoning alone, answered by the next route: the answer's
+    ``system_fingerprint`` is the answering route's (the two were joined as text)."""
+    head = {"id": "c", "object": "chat.completion.chunk", "model": "m", **_HEAD}
+    head["system_fingerprint"] = "fp_cut"
+    broken = b"".join(
+        b"data: %s\n\n" % json.dumps({**head, "choices": [{"index": 0, "delta": d}]}).encode()
+        for d in _DELTAS[:2]
+    )
+    url = f"http://127.0.0.1:{route.server_port}/v1"
+    with RawServer(sse_head(), (broken,)) as raw:
+        routes = [
+            OpenAICompatibleProvider(raw.base_url, model="m", name="first"),
+            OpenAICompatibleProvider(url, model="m", name="next"),
+        ]
+        with (
+            Guard(routes, continue_interrupted_streams=True, environ={}, retry=None) as guard,
+            guard.chat(USER, stream=True) as chat,
+        ):
+            assert "".join(c.text for c in chat) == "Answer."
+    assert chat.response.route == "next"
+    assert chat.response.metadata["completion_fields"] == _HEAD

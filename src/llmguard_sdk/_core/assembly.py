@@ -10,6 +10,7 @@ from ..budget._usage import usable_usage
 from ..context import AttemptRecord, CallContext
 from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
+from ..providers._chat_content import COMPLETION_FIELDS
 from ..tokens import count_text_tokens
 
 __all__ = [
@@ -61,7 +62,8 @@ class Assembler:
     ``carried`` is text an interrupted earlier route already delivered, and
     ``carried_metadata`` what its chunks' metadata added up to (its reasoning, thinking
     blocks, a refusal's pieces): this route continues them (its own metadata folds into
-    that, as a route's chunks fold), and ``delivered`` counts only this route's own content.
+    that, as a route's chunks fold), and ``delivered`` counts only this route's own content;
+    the answer's own fields (``created``, ``system_fingerprint`` ...) are this route's alone.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Assembler:
         self.model = ""
         self.id: str | None = None
         self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
+        self.metadata.pop(COMPLETION_FIELDS, None)
         self.headers: dict[str, str] = {}
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
         self.reasoned = False  # this route streamed reasoning or thinking the caller sees
