@@ -14,12 +14,17 @@ from llmguard_sdk.budget import Price, PriceTable
 from llmguard_sdk.errors import AllRoutesFailedError, ConfigurationError, ProviderError
 from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
 from llmguard_sdk.releases.policy import in_canary
+from llmguard_sdk.retry import RetryPolicy
+from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.testing import FakeProvider, Fault
+
+from .test_telemetry import Exported, call_span, exporting
 
 USER = [{"role": "user", "content": "hello"}]
 PRICES = PriceTable.default_table().with_prices(
     {f"fake-{v}-2025-01-01": Price(input=1.0, output=1.0) for v in ("a", "b", "c")}
 )
+otel = pytest.fixture(exporting, name="otel")
 INSIDE = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
 
 
@@ -35,11 +40,13 @@ def route(fake: FakeProvider) -> OpenAICompatibleProvider:
     )
 
 
-def _guard(current: Release, candidate: Release, **plan: Any) -> Guard:
+def _guard(
+    current: Release, candidate: Release, telemetry: Telemetry | bool = False, **plan: Any
+) -> Guard:
     policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
     releases = ReleasePlan(current, candidate=candidate, canary=policy, **plan)
     guard = Guard(
-        release=releases, environ={}, prices=PRICES, retry=None, breaker=None, telemetry=False
+        release=releases, environ={}, prices=PRICES, retry=None, breaker=None, telemetry=telemetry
     )
     assert guard.releases is not None
     guard.releases.start_now()
@@ -61,8 +68,12 @@ def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, how: str) -
 
     a, b, _ = fakes
     b.always(Fault(status=500))
-    current = Release("bot", "v1", route(a), system_prompt="v1 prompt")
-    candidate = Release("bot", "v2", route(b), system_prompt="v2 prompt")
+    current = Release(
+        "bot", "v1", route(a), system_prompt="v1 prompt", parameters={"temperature": 0.1}
+    )
+    candidate = Release(
+        "bot", "v2", route(b), system_prompt="v2 prompt", parameters={"temperature": 0.9}
+    )
 
     async def ask(guard: Guard) -> str | None:
         return (await guard.achat(USER, user=INSIDE)).route
@@ -79,8 +90,59 @@ def test_a_canary_call_falls_back_to_the_current_release(fakes: Any, how: str) -
         figures = _candidate_figures(guard)
     assert served == "a"
     assert (len(b.requests), len(a.requests)) == (1, 1)
-    assert a.requests[0].body["messages"][0]["content"] == "v2 prompt"  # as the canary shaped it
+    # the current release is sent what it would send (it was sent the candidate's prompt
+    # and parameters); the candidate had its own
+    assert [r.body["messages"][0]["content"] for r in (b.requests[0], a.requests[0])] == [
+        "v2 prompt",
+        "v1 prompt",
+    ]
+    assert [r.body["temperature"] for r in (b.requests[0], a.requests[0])] == [0.9, 0.1]
+    assert [r.body["messages"][1]["content"] for r in a.requests] == ["hello"]
     assert figures == (1, 1.0)  # the candidate's failure, counted on its arm
+
+
+def test_the_fallback_sends_a_new_idempotency_key_with_its_new_body(fakes: Any) -> None:
+    """The current release's request is another body: it went out under the key the
+    candidate's request was sent with (a provider that keeps keys may answer the old one)."""
+    a, b, _ = fakes
+    b.always(Fault(status=500))
+    current = Release("bot", "v1", route(a), system_prompt="v1 prompt")
+    candidate = Release("bot", "v2", route(b), system_prompt="v2 prompt")
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    retry = RetryPolicy(attempts=1)
+    with Guard(release=plan, environ={}, prices=PRICES, retry=retry, telemetry=False) as guard:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        assert guard.chat(USER, user=INSIDE).route == "a"
+    keys = [r.headers.get("idempotency-key") for r in (b.requests[0], a.requests[0])]
+    assert all(keys), keys
+    assert keys[0] != keys[1]
+
+
+def test_the_fallback_is_recorded_as_the_current_releases_answer(
+    fakes: Any, otel: Exported
+) -> None:
+    """The fallback's span and metric points carried the candidate's release id and prompt
+    version though the current release answered; the call stays on the canary arm, whose
+    figures count the candidate's failure."""
+    a, b, _ = fakes
+    b.always(Fault(status=500))
+    current = Release("bot", "v1", route(a), prompt_version="p1")
+    candidate = Release("bot", "v2", route(b), prompt_version="p2")
+    with _guard(current, candidate, telemetry=otel.telemetry) as guard:
+        answer = guard.chat(USER, user=INSIDE)
+        figures = _candidate_figures(guard)
+    assert answer.route == "a"
+    attributes = dict(call_span(otel).attributes or {})
+    assert attributes["llmguard.release"] == "bot@v1"
+    assert attributes["llmguard.release.prompt_version"] == "p1"
+    assert attributes["llmguard.release.arm"] == "canary"
+    labels = [p.attributes for p in otel.points("gen_ai.client.operation.duration")]
+    assert [(lab.get("llmguard.release"), lab.get("llmguard.release.arm")) for lab in labels] == [
+        ("bot@v1", "canary")
+    ]
+    assert figures == (1, 1.0)
 
 
 def test_a_route_both_releases_share_is_tried_once(fakes: Any) -> None:

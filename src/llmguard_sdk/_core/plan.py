@@ -77,6 +77,7 @@ def _route_loop(run: Run) -> Plan:
     order = run.route_order(raced.route if raced is not None else None)
     while order:
         route = order.pop(0)
+        run.reach(route)  # (a canary call's fallback: the current release's request)
         run.tried.add(route.name)  # reached: a budget's move sends the call to others
         if routes.too_small_for(ctx, route):
             continue

@@ -69,6 +69,7 @@ __all__ = [
     "stands_in",
     "still_fits",
     "too_small_for",
+    "with_new_keys",
 ]
 
 
@@ -219,12 +220,17 @@ def continuation_request(request: ChatRequest, partial_text: str) -> ChatRequest
             Message(role="assistant", content=partial_text),
             Message(role="user", content=CONTINUE_PROMPT),
         ]
-    # A new body needs a new idempotency key, or the provider may answer with the old one.
+    return with_new_keys(request.model_copy(update={"messages": messages}))
+
+
+def with_new_keys(request: ChatRequest) -> ChatRequest:
+    """``request`` with new idempotency keys in the place of the Guard's (a caller's own
+    stay): a new body needs a new key, or the provider may answer with the old one."""
     headers = {
         name: new_idempotency_key() if value.startswith(IDEMPOTENCY_PREFIX) else value
         for name, value in (request.extra_headers or {}).items()
     }
-    return request.model_copy(update={"messages": messages, "extra_headers": headers or None})
+    return request.model_copy(update={"extra_headers": headers or None})
 
 
 CONTINUE_PROMPT = (

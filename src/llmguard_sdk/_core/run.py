@@ -79,6 +79,21 @@ class Run:
             return self.request
         return telemetry.trace_attempt(self.ctx, self.stages.routes, record, self.request)
 
+    def reach(self, route: Provider) -> None:
+        """The loop goes to ``route``: a canary call's first fallback route (the current
+        release's, its candidate's routes all failed) makes the call send what the current
+        release shapes (see :meth:`~llmguard_sdk.releases.control.ReleaseControl.fall_back`),
+        under a new idempotency key, an interrupted stream's continuation built on it."""
+        ctx, releases = self.ctx, self.stages.releases
+        if releases is None or all(r.name != route.name for r in ctx.fallback_routes):
+            return
+        if not releases.fall_back(ctx):
+            return
+        self.request = ctx.request = routes.with_new_keys(ctx.request)  # (another body)
+        if ctx.continuation is not None:
+            self.request = routes.continuation_request(ctx.request, self.carried)
+            ctx.continue_with(self.request)
+
     # -- what the opening batch took ahead --------------------------------------------------
 
     def _ahead_for(self, route: Provider) -> Ahead | None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._state.stores import Outage, RedisStore, Store, redis_errors
+from ..budget._reserve import with_output_limit
 from ..budget.prices import PriceTable
 from ..context import CallContext
 from ..errors import (
@@ -181,6 +182,31 @@ class ReleaseControl:
             ctx.fallback_routes = tuple(r for r in current if r.name not in own)
             ctx.route_order += ctx.fallback_routes
         ctx.cache_tags = (f"release:{release.id}",)
+
+    def fall_back(self, ctx: CallContext) -> bool:
+        """Serve the canary call ``ctx`` from the current release from now on (its
+        candidate's routes all failed; its fallback routes are next): the request becomes the
+        one the current release shapes from the call's own (its prompt and parameters; an
+        output limit the Guard set or lowered, a budget's, is kept), and the call's release,
+        prompt version and release cache tag become the current release's (what telemetry
+        records; the arm stays the canary's, which counts the candidate's failure). False,
+        nothing changed, for a call that is not a canary call still on its candidate."""
+        current, candidate = self.plan.release, self.plan.candidate
+        base = ctx.base_request
+        if ctx.arm != "canary" or candidate is None or ctx.release != candidate.id or base is None:
+            return False
+        request = current.apply(base)
+        limit, own = ctx.request.output_limit, request.output_limit
+        bounded = limit is not None and limit != candidate.apply(base).output_limit
+        if bounded and limit is not None and (own is None or own > limit):
+            request = with_output_limit(request, limit)  # the Guard's bound, kept
+        tag = f"release:{candidate.id}"
+        ctx.cache_tags = tuple(f"release:{current.id}" if t == tag else t for t in ctx.cache_tags)
+        ctx.request, ctx.release, ctx.prompt_version = request, current.id, current.prompt_version
+        ctx.input_count = None  # counted anew, from the request sent now
+        ctx.route_counts.clear()
+        ctx.tokenizer_counts.clear()
+        return True
 
     def observe(
         self,

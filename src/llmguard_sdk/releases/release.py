@@ -282,9 +282,11 @@ class ReleasePlan:
             release's name).
         fallback_to_current: a canary call whose candidate routes all failed goes on to
             the current release's routes (those the candidate does not share, each tried
-            once), sent as the candidate shaped it (its prompt and parameters); the canary
-            still counts the candidate's failure. ``False``: the call ends with the
-            candidate's error (or a degraded or stale answer).
+            once), sent what the current release sends (its prompt and parameters, applied
+            to the call's own request) and recorded as its answer (telemetry's
+            ``llmguard.release``, the prompt version, the cache tag); the canary still counts
+            the candidate's failure (the call stays on the ``canary`` arm). ``False``: the
+            call ends with the candidate's error (or a degraded or stale answer).
 
     .. versionadded:: 0.2.0
     """
