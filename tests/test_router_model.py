@@ -79,15 +79,15 @@ def test_model_names_a_group_and_the_call_goes_to_that_groups_deployments_only(
 def test_a_model_a_later_groups_deployments_serve_goes_to_that_group(fakes: Fakes) -> None:
     """``model="big-model"``, the model of the "big" group's deployments, went to the chain's
     first group ("small", which serves "small-model"): only a group's name selected it. The
-    call starts at the first group whose deployment serves the model; a model the chain's
-    first route serves, or a route outside groups, keeps the chain from its start."""
+    call starts at the first group whose deployment serves the model, or at the route outside
+    groups that serves it (it started at the chain's start, "small")."""
     with Guard(_chain(fakes, strategy="round_robin"), environ={}) as guard:
         routes = [guard.chat(USER, model="big-model").route for _ in range(4)]
         streamed = guard.chat(USER, model="big-model", stream=True)
         with streamed:
             assert "".join(chunk.text for chunk in streamed) == "Echo: hello there"
         assert guard.chat(USER, model="small-model").route.startswith("small-")
-        assert guard.chat(USER, model="backup-model").route.startswith("small-")
+        assert guard.chat(USER, model="backup-model").route == "backup"
     assert sorted(routes) == ["big-0", "big-0", "big-1", "big-1"]
     assert streamed.response.route.startswith("big-")
     assert {r.body["model"] for n in ("big-0", "big-1") for r in fakes[n].requests} == {"big-model"}
@@ -133,8 +133,8 @@ def test_a_name_of_no_group_that_every_route_would_ignore_is_refused(fakes: Fake
             guard.chat(USER, model="bigg")
         with pytest.raises(RequestValidationError, match=r"\['small', 'big'\]"):
             anyio.run(lambda: guard.achat(USER, model="bigg", stream=True))
-        # a model a route serves keeps its meaning (routes are asked for their own)
-        assert guard.chat(USER, model="backup-model").route.startswith("small-")
+        # a model a route serves keeps its meaning: the call starts at that route
+        assert guard.chat(USER, model="backup-model").route == "backup"
     error = refused.value
     assert (error.model, error.groups) == ("bigg", ["small", "big"])
     assert error.models == ["small-model", "big-model", "backup-model"]
@@ -269,3 +269,43 @@ def test_a_groups_deployment_without_a_model_selects_its_group_for_any_model(
     with Guard([small, anything], environ={}, retry=None) as guard:
         assert guard.chat(USER, model="llama-3").route == "open"
         assert guard.chat(USER, model="small-model").route.startswith("small-")
+
+
+def test_a_model_a_route_outside_groups_serves_starts_the_call_at_that_route(
+    fakes: Fakes,
+) -> None:
+    """``model="backup-model"``, served only by a route outside groups between two groups,
+    started at the chain's start ("small", which serves its own model): it starts at that
+    route, then the chain after it (the "big" group), never the entries before it; as a later
+    group's model does. A route without a model of its own outside groups is where any model
+    no route before it names starts."""
+    small = DeploymentGroup("small", _routes(fakes, "small-0", "small-1"))
+    big = DeploymentGroup("big", _routes(fakes, "big-0", "big-1"))
+    (backup,) = _routes(fakes, "backup")
+    with Guard([small, backup, big], environ={}, retry=None) as guard:
+        assert guard.chat(USER, model="backup-model").route == "backup"
+        assert guard.chat(USER, model="small-model").route.startswith("small-")
+        fakes["backup"].always(Fault(status=503))
+        assert guard.chat(USER, model="backup-model").route.startswith("big-")
+    assert sum(fakes[n].stats.requests for n in ("small-0", "small-1")) == 1
+    assert [r.body["model"] for r in fakes["backup"].requests] == ["backup-model"] * 2
+    fakes["backup"].always(None)
+    generic = OpenAICompatibleProvider(fakes["backup"].base_url, name="generic")
+    small = DeploymentGroup("small", _routes(fakes, "small-0", "small-1"))
+    big = DeploymentGroup("big", _routes(fakes, "big-0", "big-1"))
+    with Guard([small, generic, big], environ={}, retry=None) as guard:
+        assert guard.chat(USER, model="llama-3").route == "generic"
+        assert guard.chat(USER, model="big-model").route == "generic"  # it serves any model
+    assert fakes["backup"].requests[-1].body["model"] == "big-model"
+    assert sum(fakes[n].stats.requests for n in ("small-0", "small-1")) == 1  # not tried
+
+
+def test_a_release_starts_at_its_route_outside_groups_that_serves_the_model(
+    fakes: Fakes,
+) -> None:
+    small = DeploymentGroup("small", _routes(fakes, "small-0", "small-1"))
+    (backup,) = _routes(fakes, "backup")
+    release = Release("bot", "v1", [small, backup], allow_alias=True)
+    with Guard(release=release, environ={}, telemetry=False) as guard:
+        assert guard.chat(USER, model="backup-model").route == "backup"
+        assert guard.chat(USER).route.startswith("small-")

@@ -207,7 +207,8 @@ class CallContext:
     # call's: the current release's); no hedge races them
     fallback_routes: tuple[Provider, ...] = ()
     region: str | None = None  # the region whose deployments the call prefers
-    group: str | None = None  # the deployment group its model= selected (it starts there)
+    # the deployment group (or route outside groups) its model= selected (it starts there)
+    group: str | None = None
     task: TaskChoice | None = None  # the call's tier (task routing) and cascade record
     release: str | None = None  # the release serving the call (name@version), if any
     prompt_version: str | None = None  # that release's prompt_version, if it has one

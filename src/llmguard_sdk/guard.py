@@ -78,8 +78,9 @@ class ChatOptions(TypedDict, total=False):
     Router's ``model_name`` does: the call starts at it (its deployments as its strategy
     ranks them, then the chain's routes after it), unless task routing chooses the call's
     tier; a model a group's deployment serves selects the first such group as its name
-    does. A name of no group that every route would ignore (each has a model of its own,
-    another) raises :class:`~llmguard_sdk.errors.UnknownModelError` (not under a release)."""
+    does, and one a route outside groups serves first starts the call at that route. A
+    name of no group that every route would ignore (each has a model of its own, another)
+    raises :class:`~llmguard_sdk.errors.UnknownModelError` (not under a release)."""
     tenant: str | None
     feature: str | None
     user: str | None

@@ -51,20 +51,20 @@ class Routing:
         self.entries = tuple(entries)
         # the groups by their own names: what a call's model= selects
         self.groups = {e.name: e for e in self.entries if isinstance(e, DeploymentGroup)}
-        # each model a route serves: the group of the chain's first route serving it (None:
-        # a route outside groups serves it first, and the chain starts where it starts). A
-        # route without a model of its own serves every model asked: the models no route
-        # before it named start where it is (``_serving_rest``)
+        # each model a route serves: where the chain's first route serving it is, its group
+        # or the route itself outside groups (a call starts there). A route without a model
+        # of its own serves every model asked: the models no route before it named start
+        # where it is (``_serving_rest``)
         self._serving: dict[str, str | None] = {}
         self._serving_rest: str | None = None
         for entry in self.entries:
-            group = entry.name if isinstance(entry, DeploymentGroup) else None
+            start = self._key(entry)
             routes = entry.deployments if isinstance(entry, DeploymentGroup) else (entry,)
             if not all(route.model for route in routes):
-                self._serving_rest = group
+                self._serving_rest = start
                 break
             for route in routes:
-                self._serving.setdefault(route.model or "", group)
+                self._serving.setdefault(route.model or "", start)
         self._groups = {
             deployment.name: entry
             for entry in entries
@@ -83,12 +83,19 @@ class Routing:
         # entries from that group on, and the deployments among them ``cheapest`` prices
         self._starts = {start: self._start(entries) for start, entries in self._suffixes().items()}
 
+    def _key(self, entry: Provider | DeploymentGroup) -> str | None:
+        """The name a call that starts at ``entry`` selects it by: a group's name, a route's
+        outside groups (None, the chain's start, for one named as a group is)."""
+        if isinstance(entry, DeploymentGroup) or entry.name not in self.groups:
+            return entry.name
+        return None
+
     def _suffixes(self) -> dict[str | None, tuple[Provider | DeploymentGroup, ...]]:
-        """The entries a call ranks, by the group it starts at (None: all of them)."""
+        """The entries a call ranks, by the group or route outside groups it starts at
+        (None: all of them)."""
         suffixes: dict[str | None, tuple[Provider | DeploymentGroup, ...]] = {None: self.entries}
         for i, entry in enumerate(self.entries):
-            if isinstance(entry, DeploymentGroup):
-                suffixes.setdefault(entry.name, self.entries[i:])
+            suffixes.setdefault(self._key(entry), self.entries[i:])
         return suffixes
 
     @staticmethod
@@ -106,8 +113,9 @@ class Routing:
     def ranked(self, ctx: CallContext, prices: PriceTable | None = None) -> tuple[Provider, ...]:
         """Every route, each group's deployments in the order its strategy gives now for the
         call ``ctx`` (``cheapest`` prices it with ``prices``, each deployment with the input
-        tokens its own model counts). A call that selected one of these groups (``ctx.group``,
-        its ``model=``) starts at it: the entries before it are neither ranked nor tried."""
+        tokens its own model counts). A call that selected one of these groups, or a
+        route outside groups (``ctx.group``, its ``model=``), starts at it: the entries
+        before it are neither ranked nor tried."""
         # the deployments the call counts its input for, each as its own model counts it
         entries, cheapest = self._starts.get(ctx.group, self._starts[None])
         if cheapest:  # the call's count first: a deployment whose encoding took it reuses it
@@ -121,9 +129,10 @@ class Routing:
         )
 
     def selected(self, model: str | None) -> str | None:
-        """The group a call's ``model=`` starts it at: the group of that name, else the group
-        of the chain's first route that serves it: whose own model it is, or that has none
-        (a route outside groups, or no route: ``None``, the chain from its start)."""
+        """Where a call's ``model=`` starts it: the group of that name, else where the
+        chain's first route that serves it is (whose own model it is, or that has none): its
+        group, or that route when it is outside groups (by its name); ``None``, the chain
+        from its start, when no route serves it."""
         if model is None or model in self.groups:
             return model
         return self._serving.get(model, self._serving_rest)

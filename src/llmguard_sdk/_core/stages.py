@@ -190,8 +190,9 @@ def preparing(
 
 def _selected_group(stages: Stages, request: ChatRequest) -> str | None:
     """The deployment group the call's ``model=`` selects, where it selects one: the group
-    of that name, else the group of the chain's first route whose own model it is (see
-    :meth:`Routing.selected`); the call starts at that group (see :meth:`Routing.ranked`);
+    of that name, else the group of the chain's first route whose own model it is, or that
+    route itself outside groups (see :meth:`Routing.selected`); the call starts there (see
+    :meth:`Routing.ranked`);
     ``None`` when it selects none, or the Guard routes by tasks (the call's tier decides).
     A name of no group that every route would ignore is refused (UnknownModelError), but
     under a release: its arms may name their groups otherwise, and a name one of them has
