@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import time
 
 import pytest
 
@@ -407,22 +406,30 @@ def test_an_attempt_stopped_unanswered_raises_the_mean_and_never_lowers_it() -> 
 def test_a_deployment_back_from_an_outage_leads_again_after_one_exploration(
     servers: list[FakeProvider],
 ) -> None:
+    """The fastest deployment fails (a penalty keeps it out), comes back, and once the
+    group's clock has gone past its exploration time (five half-lives) one call explores it
+    and it leads every call again. Time is the group's clock, moved by the test: the test
+    ran for 1.5 s of wall time and read the last ten calls, and on a loaded machine fewer
+    calls fitted in that time, so the others' explorations (one each per half-life) were
+    more of those ten. The others answer 1 s slow: a loopback answer of the fastest stays
+    out of their band (``slack`` 2) unless it takes over 0.5 s."""
+    clock = Clock()
     for server in servers[1:]:
-        server.always(Fault(latency=0.05))
-    group = _group(servers, half_life_s=0.3)
+        server.always(Fault(latency=1.0))
+    group = _group(servers, half_life_s=0.3, clock=clock)
+    for name, seconds in (("dep-0", 0.01), ("dep-1", 1.0), ("dep-2", 1.0)) * 2:
+        group.observe(name, seconds, failed=False)  # every deployment measured (not the first)
+    servers[0].always(Fault(status=500))
     with Guard(group, environ={}, retry=None, breaker=None) as guard:
-        for _ in range(6):  # every deployment measured
-            guard.chat(USER)
-        servers[0].fail_for(0.5, Fault(status=500))
-        ended = time.monotonic() + 0.5
-        while time.monotonic() < ended:
-            guard.chat(USER)
-        routes = []
-        ended = time.monotonic() + 1.5  # five half-lives after its return
-        while time.monotonic() < ended:
-            routes.append(guard.chat(USER).route)
-    back = routes[-10:]
-    assert back.count("dep-0") >= 8, routes  # the fastest again
+        during = [guard.chat(USER).route for _ in range(2)]  # its outage: failed over, then out
+        servers[0].always(None)
+        clock.now += 1.5  # five half-lives after its return: each one due for exploring
+        explored = [guard.chat(USER).route for _ in range(3)]
+        back = [guard.chat(USER).route for _ in range(10)]
+    assert set(during) <= {"dep-1", "dep-2"}
+    assert servers[0].stats.by_status == {500: 1, 200: 11}  # tried once in its outage
+    assert sorted(explored) == ["dep-0", "dep-1", "dep-2"]  # one call each
+    assert back == ["dep-0"] * 10  # the fastest again, after its one exploration
 
 
 def test_a_deployment_that_loses_hedge_races_is_measured_slow(
