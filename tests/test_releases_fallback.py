@@ -120,6 +120,30 @@ def test_the_fallback_sends_a_new_idempotency_key_with_its_new_body(fakes: Any) 
     assert keys[0] != keys[1]
 
 
+def test_the_fallback_keeps_the_output_limit_a_budget_gave_the_call(fakes: Any) -> None:
+    """A budgeted call without ``max_tokens`` is given one (its hold is sized by it): the
+    current release's request, which sets none, is sent under it too, not unbounded; its
+    own parameters are its own (``temperature``)."""
+    from llmguard_sdk import Budget
+    from llmguard_sdk.budget import Budgets
+
+    a, b, _ = fakes
+    b.always(Fault(status=500))
+    current = Release("bot", "v1", route(a), parameters={"temperature": 0.1})
+    candidate = Release("bot", "v2", route(b), parameters={"temperature": 0.9})
+    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
+    plan = ReleasePlan(current, candidate=candidate, canary=policy)
+    budgets = Budgets([Budget(limit_usd=100.0)], prices=PRICES, default_output_tokens=77)
+    with Guard(
+        release=plan, environ={}, budgets=budgets, retry=None, breaker=None, telemetry=False
+    ) as guard:
+        assert guard.releases is not None
+        guard.releases.start_now()
+        assert guard.chat(USER, user=INSIDE).route == "a"
+    sent = [(r.body.get("max_tokens"), r.body["temperature"]) for r in (*b.requests, *a.requests)]
+    assert sent == [(77, 0.9), (77, 0.1)]
+
+
 def test_the_fallback_is_recorded_as_the_current_releases_answer(
     fakes: Any, otel: Exported
 ) -> None:
