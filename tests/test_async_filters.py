@@ -23,7 +23,7 @@ from llmguard_sdk import (
     ProviderTimeoutError,
     TaskRouter,
 )
-from llmguard_sdk.budget import Budget, Budgets
+from llmguard_sdk.budget import Budget, Budgets, Price
 from llmguard_sdk.client import async_anthropic_client
 from llmguard_sdk.router import not_empty
 from llmguard_sdk.testing import FakeProvider
@@ -370,3 +370,32 @@ def test_a_cascade_names_the_async_filter_that_ran_past_the_deadline(
     with pytest.raises(ProviderTimeoutError, match=r"output filter .*never_done") as late:
         call_in_shape(guard, shape, timeout=1.0)
     assert late.value.request_sent
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_escalating_cascade_raises_its_async_filters_timeout(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, shape: str
+) -> None:
+    """A tier's output filter past the deadline times the call out as on a plain call: its
+    timeout names the filter, and the answer the tier billed is charged (the cascade took
+    it for a failed tier and escalated with no time left: AllRoutesFailedError naming the
+    next tier's route, which no request reached)."""
+    router = TaskRouter(
+        {"small": ["primary"], "large": ["backup"]},
+        cascades={"auto": Cascade(["small", "large"], checks=[not_empty()])},  # on_error
+        default="auto",
+    )
+    events: list[CallEvent] = []
+    prices = PRICES.with_prices({"backup-model": Price(input=100.0, output=200.0)})
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=prices)
+    guard = make_guard(
+        fake, fake2, tasks=router, budgets=budgets, output_filters=[checked, never_done],
+        hooks=[events.append],
+    )  # fmt: skip
+    with pytest.raises(ProviderTimeoutError, match=r"output filter .*never_done") as late:
+        call_in_shape(guard, shape, max_tokens=10, timeout=1.0)
+    assert late.value.request_sent
+    assert (fake.stats.requests, fake2.stats.requests) == (1, 0)
+    _assert_charged_once(guard)
+    (event,) = events
+    assert (event.outcome, event.error) == ("error", late.value)

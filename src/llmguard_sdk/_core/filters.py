@@ -40,7 +40,7 @@ from ..errors import (
 )
 from ..models import ChatRequest, ChatResponse, validate_request
 
-__all__ = ["Pending", "Plan", "arun", "inputs", "outputs", "resolve", "run"]
+__all__ = ["Pending", "Plan", "arun", "inputs", "late", "outputs", "resolve", "run"]
 
 T = TypeVar("T")
 
@@ -210,10 +210,22 @@ def _late(pending: Pending) -> ProviderTimeoutError:
     in)."""
     while isinstance(pending.awaitable, _Rest):
         pending = pending.awaitable.step
-    return ProviderTimeoutError(
+    error = ProviderTimeoutError(
         f"{pending.what} did not finish within the call's deadline",
         request_sent=pending.stage != "input",
     )
+    setattr(error, _LATE, True)  # (see :func:`late`)
+    return error
+
+
+_LATE = "_llmguard_filter_late"
+
+
+def late(error: BaseException) -> bool:
+    """Whether ``error`` is a filter's wait past the call's deadline: the call's time is
+    spent, and the error names the filter (a cascade raises it, where a tier's provider
+    errors escalate: the next tier has no time left)."""
+    return getattr(error, _LATE, False) is True
 
 
 async def _awaited(pending: Pending) -> Any:

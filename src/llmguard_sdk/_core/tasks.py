@@ -246,7 +246,7 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
         if isinstance(outcome, _Rejected):
             cost = outcome.response.cost_usd
             choice.tried.append(Tried(tier, outcome.reason, outcome.response.route, cost))
-        elif cascade.on_error and isinstance(outcome, _ESCALATING):
+        elif cascade.on_error and isinstance(outcome, _ESCALATING) and not filters.late(outcome):
             choice.tried.append(Tried(tier, "error", None, _unserved_usd(ctx, stages)))
         else:
             raise outcome

@@ -51,7 +51,8 @@ class Cascade:
         checks: run in order on each answer of a tier but the last; the first to reject it
             sends the call to the next tier (default: :func:`finish_reason`).
         on_error: escalate when every route of a tier failed (a provider error, open
-            breakers, no rate-limit room), instead of raising.
+            breakers, no rate-limit room), instead of raising. An output filter that ran
+            past the call's deadline is raised (the next tier would have no time left).
         on_output_filter: escalate when an output filter of the Guard refuses a tier's
             answer (a :class:`~llmguard_sdk.errors.GuardrailRejectedError`), instead of
             raising.
