@@ -1,19 +1,21 @@
 """Sync calls' async filters share one event loop a process: a client a filter keeps (an
-``httpx.AsyncClient`` made once, at module level) serves every sync call, and a forked
-child gets a loop of its own."""
+``httpx.AsyncClient`` made once, at module level) serves every sync call, a forked
+child gets a loop of its own, and a loop that a filter's blocking code holds is given up."""
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import httpx
 import pytest
 
-from llmguard_sdk import ChatResponse, Guard
+from llmguard_sdk import ChatResponse, Guard, ProviderTimeoutError
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
+from .test_async_filters import BOUND_S, checked
 from .test_fork_after_build import _run
 
 MakeGuard = Callable[..., Guard]
@@ -67,3 +69,40 @@ def test_a_forked_child_runs_async_filters_on_a_loop_of_its_own(fake: FakeProvid
     """The parent's filter loop thread did not come along: the child starts its own (else
     its filter's wait would never start, and the call time out)."""
     assert _run(FORKED, fake) == "0"
+
+
+def test_a_filter_that_blocks_the_loop_stalls_no_call_past_its_deadline(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """An async filter that calls blocking code holds the shared loop: a call waiting on it
+    meanwhile times out at its own deadline, and the loop is given up, so the next call's
+    async filter runs on a fresh one (it timed out too, as long as the blocking code ran)."""
+    blocking, release = threading.Event(), threading.Event()
+
+    async def holds_the_loop(response: ChatResponse) -> None:
+        blocking.set()
+        release.wait(BOUND_S)  # (blocking code in an async filter)
+
+    blocked = make_guard(fake, output_filters=[holds_the_loop])
+    guard = make_guard(fake, output_filters=[checked])
+    errors: list[BaseException] = []
+
+    def blocked_call() -> None:
+        try:
+            blocked.chat(USER, timeout=0.5)
+        except BaseException as exc:
+            errors.append(exc)
+
+    caller = threading.Thread(target=blocked_call)
+    try:
+        caller.start()
+        assert blocking.wait(BOUND_S)
+        with pytest.raises(ProviderTimeoutError, match="checked"):
+            guard.chat(USER, timeout=0.5)  # waits behind the blocking filter: its deadline
+        caller.join(BOUND_S)
+        assert [type(e) for e in errors] == [ProviderTimeoutError]
+        assert "holds_the_loop" in str(errors[0])
+        assert guard.chat(USER, timeout=BOUND_S / 2).text == "Echo: hello there [checked]"
+    finally:
+        release.set()
+        caller.join(BOUND_S)

@@ -12,6 +12,14 @@ it in async calls: awaited on the caller's event loop under a cancel scope that 
 deadline, so other tasks run while it waits. A filter that waits past the deadline fails the
 call with :class:`~llmguard_sdk.errors.ProviderTimeoutError`. Sync filters run where the call
 runs, as before: a chain of them yields nothing (no thread, no loop).
+
+An async filter that calls blocking code (``time.sleep`` in an ``async def``) holds the
+shared filter loop: no other sync call's async filter runs meanwhile. Each sync call waits
+for its own filter until its own deadline (and a grace), then fails with
+:class:`~llmguard_sdk.errors.ProviderTimeoutError`; a call whose wait ends so finds out
+whether the loop still turns (a callback posted at its deadline ran within the grace), and
+if it does not, the loop is given up: later calls get a fresh one, and the old one's thread
+ends once the blocking code returns.
 """
 
 from __future__ import annotations
@@ -228,6 +236,12 @@ def late(error: BaseException) -> bool:
     return getattr(error, _LATE, False) is True
 
 
+async def _settled(pending: Pending) -> Outcome:
+    """:func:`_awaited`'s outcome (one coroutine: a wait cancelled before it began leaves
+    none unawaited)."""
+    return await _outcome(_awaited(pending))
+
+
 async def _awaited(pending: Pending) -> Any:
     with anyio.move_on_after(max(0.0, pending.deadline - time.monotonic())):
         return await pending.awaitable
@@ -248,7 +262,9 @@ def _own_context() -> contextvars.Context:
 class _FilterLoop:
     """The process's one event loop for sync calls' async filters, run by a daemon thread
     made on first use (and again in a forked child, which has no such thread): a client a
-    filter keeps (an ``httpx.AsyncClient``) stays on the loop it was first used on."""
+    filter keeps (an ``httpx.AsyncClient``) stays on the loop it was first used on. A loop
+    that a filter's blocking code holds is given up (:meth:`give_up`): the next call makes
+    a fresh one (a client kept on the old one is then used on the new one)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -272,12 +288,34 @@ class _FilterLoop:
                 if self._loop is None:
                     loop = asyncio.new_event_loop()
                     self._thread = threading.Thread(
-                        target=loop.run_forever, name="llmguard-filters", daemon=True
+                        target=_serve, args=(loop,), name="llmguard-filters", daemon=True
                     )
                     self._thread.start()
                     self._loop = loop
                 loop = self._loop
         return loop
+
+    def give_up(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Forget ``loop`` (if it is still this one): a filter's blocking code holds it. Its
+        thread stops it once that code returns (the calls it had left waited for their own
+        deadlines, and ended)."""
+        with self._lock:
+            if self._loop is not loop:
+                return  # (given up already)
+            self._loop = self._thread = None
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """Run ``loop`` until it is given up; then cancel the waits it had left (their calls
+    timed out) and close it."""
+    loop.run_forever()
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    if left:
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    loop.close()
 
 
 _LOOP = _FilterLoop()
@@ -287,15 +325,33 @@ per_process(_LOOP, _FilterLoop.renew)
 def _blocking(pending: Pending) -> Outcome:
     """``pending`` awaited on the process's filter loop (with the caller's context
     variables), cancelled there at its deadline, waited for a grace past it (then
-    abandoned, cancelled again: it ignored its cancellation)."""
+    abandoned, cancelled again: it ignored its cancellation, or blocking code holds the
+    loop, which is then given up)."""
     if _LOOP.inside():  # (that loop waits on this call: a loop of its own, in a thread)
         return _on_own_loop(pending)
+    loop = _LOOP.loop()
     submit = asyncio.run_coroutine_threadsafe  # (its task gets the context it is called in)
-    future = _own_context().run(submit, _outcome(_awaited(pending)), _LOOP.loop())
+    return _waited(_own_context().run(submit, _settled(pending), loop), pending, loop)
+
+
+def _waited(
+    future: concurrent.futures.Future[Outcome], pending: Pending, loop: asyncio.AbstractEventLoop
+) -> Outcome:
+    """``future``'s outcome, waited for until ``pending``'s deadline, then for the grace;
+    a loop that did not run a callback posted at the deadline within the grace is held by
+    blocking code: given up."""
     try:
-        return future.result(max(0.0, pending.deadline - time.monotonic()) + _GRACE_S)
+        return future.result(max(0.0, pending.deadline - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        pass
+    turned = threading.Event()
+    loop.call_soon_threadsafe(turned.set)
+    try:
+        return future.result(_GRACE_S)
     except concurrent.futures.TimeoutError:
         future.cancel()
+        if not turned.is_set():
+            _LOOP.give_up(loop)
         return False, _late(pending)
 
 
