@@ -1,22 +1,43 @@
 """Sync calls' async filters share one event loop a process: a client a filter keeps (an
 ``httpx.AsyncClient`` made once, at module level) serves every sync call, a forked
-child gets a loop of its own, and a loop that a filter's blocking code holds is given up."""
+child gets a loop of its own, a loop that a filter's blocking code holds is given up, and
+Ctrl-C while a sync call waits cancels its filter and reports a cancelled call."""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
 import pytest
 
-from llmguard_sdk import ChatResponse, Guard, ProviderTimeoutError
+from llmguard_sdk import (
+    CallEvent,
+    ChatResponse,
+    Guard,
+    ProviderTimeoutError,
+)
+from llmguard_sdk.budget import Budget, Budgets
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
-from .test_async_filters import BOUND_S, checked
+from .test_async_filters import (
+    BOUND_S,
+    _assert_charged_once,
+    checked,
+)
+from .test_call_parity import PRICES
 from .test_fork_after_build import _run
+from .test_telemetry import Exported, call_span, exporting
+
+otel = pytest.fixture(exporting, name="otel")
 
 MakeGuard = Callable[..., Guard]
 
@@ -106,3 +127,61 @@ def test_a_filter_that_blocks_the_loop_stalls_no_call_past_its_deadline(
     finally:
         release.set()
         caller.join(BOUND_S)
+
+
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread (Python's own handler)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def ctrl_c_once_waiting() -> None:
+    """Press Ctrl-C for the main thread once it waits (in a lock's wait) for this filter."""
+    main = threading.main_thread()
+    assert main.ident is not None
+    for _ in range(int(BOUND_S * 1000)):
+        frame = sys._current_frames().get(main.ident)
+        if frame is not None and frame.f_code.co_name == "wait":
+            break
+        time.sleep(0.001)
+    signal.pthread_kill(main.ident, signal.SIGINT)
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
+@pytest.mark.parametrize("stage", ["input", "output"])
+@pytest.mark.usefixtures("interruptible")
+def test_ctrl_c_in_a_sync_calls_async_filter_cancels_it_and_reports_a_cancelled_call(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, stage: str
+) -> None:
+    """KeyboardInterrupt while a sync call waits for an async filter on the filter loop:
+    the filter's task is cancelled (it ran on, until the deadline) and the call is reported
+    as cancelled, as an async call's cancel is (an input filter's: it was reported nowhere;
+    an output filter's: its answer is charged as billed)."""
+    cancelled = threading.Event()
+
+    async def stuck(value: Any) -> None:
+        try:
+            await anyio.to_thread.run_sync(ctrl_c_once_waiting)
+            await anyio.sleep(3600)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
+
+    events: list[CallEvent] = []
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+    guard = make_guard(
+        fake, budgets=budgets, hooks=[events.append], telemetry=otel.telemetry,
+        **{f"{stage}_filters": [stuck]},
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        guard.chat(USER, max_tokens=10, timeout=3600)
+    assert cancelled.wait(BOUND_S)
+    (event,) = events
+    assert (event.outcome, event.error) == ("cancelled", None)
+    attributes = call_span(otel).attributes or {}
+    assert attributes["llmguard.outcome"] == "cancelled"
+    assert fake.stats.requests == (stage == "output")
+    if stage == "output":
+        _assert_charged_once(guard)

@@ -19,7 +19,9 @@ for its own filter until its own deadline (and a grace), then fails with
 :class:`~llmguard_sdk.errors.ProviderTimeoutError`; a call whose wait ends so finds out
 whether the loop still turns (a callback posted at its deadline ran within the grace), and
 if it does not, the loop is given up: later calls get a fresh one, and the old one's thread
-ends once the blocking code returns.
+ends once the blocking code returns. An interrupt of a sync call's wait (Ctrl-C) cancels
+the filter's task and is thrown into the plan, as an async call's cancellation is: the call
+is reported as cancelled.
 """
 
 from __future__ import annotations
@@ -326,12 +328,20 @@ def _blocking(pending: Pending) -> Outcome:
     """``pending`` awaited on the process's filter loop (with the caller's context
     variables), cancelled there at its deadline, waited for a grace past it (then
     abandoned, cancelled again: it ignored its cancellation, or blocking code holds the
-    loop, which is then given up)."""
+    loop, which is then given up). An interrupt of the wait (Ctrl-C) cancels its task and
+    is its outcome: thrown into the plan, whose records see it."""
     if _LOOP.inside():  # (that loop waits on this call: a loop of its own, in a thread)
         return _on_own_loop(pending)
-    loop = _LOOP.loop()
-    submit = asyncio.run_coroutine_threadsafe  # (its task gets the context it is called in)
-    return _waited(_own_context().run(submit, _settled(pending), loop), pending, loop)
+    future: concurrent.futures.Future[Outcome] | None = None
+    try:
+        loop = _LOOP.loop()
+        submit = asyncio.run_coroutine_threadsafe  # (its task gets the context it is called in)
+        future = _own_context().run(submit, _settled(pending), loop)
+        return _waited(future, pending, loop)
+    except BaseException as exc:  # interrupted (KeyboardInterrupt): its filter cancelled
+        if future is not None:
+            future.cancel()
+        return False, exc
 
 
 def _waited(
