@@ -1,7 +1,8 @@
 """Sync calls' async filters share one event loop a process: a client a filter keeps (an
 ``httpx.AsyncClient`` made once, at module level) serves every sync call, a forked
-child gets a loop of its own, a loop that a filter's blocking code holds is given up, and
-Ctrl-C while a sync call waits cancels its filter and reports a cancelled call."""
+child gets a loop of its own, a loop that a filter's blocking code holds is given up,
+Ctrl-C while a sync call waits cancels its filter and reports a cancelled call, and a sync
+call made by a filter on the loop runs its own async filters."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ import pytest
 
 from llmguard_sdk import (
     CallEvent,
+    ChatRequest,
     ChatResponse,
     Guard,
+    GuardrailRejectedError,
     ProviderTimeoutError,
 )
 from llmguard_sdk.budget import Budget, Budgets
@@ -32,6 +35,8 @@ from .test_async_filters import (
     BOUND_S,
     _assert_charged_once,
     checked,
+    never_done,
+    refuse_output,
 )
 from .test_call_parity import PRICES
 from .test_fork_after_build import _run
@@ -185,3 +190,41 @@ def test_ctrl_c_in_a_sync_calls_async_filter_cancels_it_and_reports_a_cancelled_
     assert fake.stats.requests == (stage == "output")
     if stage == "output":
         _assert_charged_once(guard)
+
+
+def test_a_sync_call_made_by_an_async_filter_on_the_filter_loop_runs_its_own_filters(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A sync call made inside an async filter (on the filter loop's thread, which it holds)
+    runs its own async filters on a loop of their own: their answers and their refusals
+    reach it, a filter of its own past its deadline times it out, and a sync call made by
+    one of those filters gets a loop of its own too (it waited on the shared loop, held by
+    the first filter: a deadlock until its deadline, ProviderTimeoutError)."""
+    inner = make_guard(fake, output_filters=[checked])
+
+    async def calls_inner(response: ChatResponse) -> ChatResponse:
+        text = f"{inner.chat(USER, timeout=BOUND_S).text} in {threading.current_thread().name}"
+        return response.model_copy(update={"text": text})
+
+    deeper = make_guard(fake, output_filters=[calls_inner])
+    refusing = make_guard(fake, output_filters=[refuse_output])
+    late = make_guard(fake, input_filters=[never_done])
+    seen: list[tuple[str, str]] = []
+
+    async def nested(request: ChatRequest) -> None:
+        where = threading.current_thread().name
+        seen.append((where, inner.chat(USER, timeout=BOUND_S).text))
+        seen.append((where, deeper.chat(USER, timeout=BOUND_S).text))
+        with pytest.raises(GuardrailRejectedError, match="not this answer"):
+            refusing.chat(USER, timeout=BOUND_S)
+        with pytest.raises(ProviderTimeoutError, match="never_done"):
+            late.chat(USER, timeout=0.5)
+        seen.append((where, "done"))
+
+    outer = make_guard(fake, input_filters=[nested])
+    assert outer.chat(USER, timeout=BOUND_S).text == "Echo: hello there"
+    assert seen == [
+        ("llmguard-filters", "Echo: hello there [checked]"),
+        ("llmguard-filters", "Echo: hello there [checked] in llmguard-filter"),
+        ("llmguard-filters", "done"),
+    ]

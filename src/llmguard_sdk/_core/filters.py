@@ -279,8 +279,10 @@ class _FilterLoop:
         self._loop = self._thread = None
 
     def inside(self) -> bool:
-        """Whether this is the loop's own thread (a sync call made by a filter on it)."""
-        return self._thread is threading.current_thread()
+        """Whether this thread runs a loop that the shared one waits for, or is that one's
+        (a sync call made by a filter on it, or on a loop of its own: :func:`_on_own_loop`),
+        which a wait on the shared loop would deadlock until the deadline."""
+        return self._thread is threading.current_thread() or getattr(_OWN_LOOP, "on", False)
 
     def loop(self) -> asyncio.AbstractEventLoop:
         """The running loop (started now if there is none)."""
@@ -321,6 +323,8 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
 
 
 _LOOP = _FilterLoop()
+_OWN_LOOP = threading.local()
+""":func:`_on_own_loop`'s worker threads: ``on`` is True."""
 per_process(_LOOP, _FilterLoop.renew)
 
 
@@ -367,10 +371,12 @@ def _waited(
 
 def _on_own_loop(pending: Pending) -> Outcome:
     """``pending`` awaited on an event loop of its own in a worker thread, waited for until
-    its deadline and the grace."""
+    its deadline and the grace (a sync call made by its filter there: a loop of its own
+    too, as the shared loop waits for this one)."""
     ended: list[Outcome] = []
 
     def wait() -> None:
+        _OWN_LOOP.on = True  # (a sync call made by its filter: a loop of its own too)
         try:
             ended.append(anyio.run(_outcome, _awaited(pending)))
         except BaseException as exc:  # (no event loop could run it)
