@@ -38,7 +38,7 @@ from .test_async_filters import (
     never_done,
     refuse_output,
 )
-from .test_call_parity import PRICES
+from .test_call_parity import PRICES, call_in_shape
 from .test_fork_after_build import _run
 from .test_telemetry import Exported, call_span, exporting
 
@@ -156,9 +156,10 @@ def ctrl_c_once_waiting() -> None:
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 @pytest.mark.parametrize("stage", ["input", "output"])
+@pytest.mark.parametrize("shape", ["chat", "stream"])
 @pytest.mark.usefixtures("interruptible")
 def test_ctrl_c_in_a_sync_calls_async_filter_cancels_it_and_reports_a_cancelled_call(
-    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, stage: str
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported, stage: str, shape: str
 ) -> None:
     """KeyboardInterrupt while a sync call waits for an async filter on the filter loop:
     the filter's task is cancelled (it ran on, until the deadline) and the call is reported
@@ -181,7 +182,7 @@ def test_ctrl_c_in_a_sync_calls_async_filter_cancels_it_and_reports_a_cancelled_
         **{f"{stage}_filters": [stuck]},
     )  # fmt: skip
     with pytest.raises(KeyboardInterrupt):
-        guard.chat(USER, max_tokens=10, timeout=3600)
+        call_in_shape(guard, shape, max_tokens=10, timeout=3600)
     assert cancelled.wait(BOUND_S)
     (event,) = events
     assert (event.outcome, event.error) == ("cancelled", None)
