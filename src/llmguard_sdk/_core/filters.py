@@ -18,10 +18,10 @@ shared filter loop: no other sync call's async filter runs meanwhile. Each sync 
 for its own filter until its own deadline (and a grace), then fails with
 :class:`~llmguard_sdk.errors.ProviderTimeoutError`; a call whose wait ends so finds out
 whether the loop still turns (a callback posted at its deadline ran within the grace), and
-if it does not, the loop is given up: later calls get a fresh one, and the old one's thread
-ends once the blocking code returns. An interrupt of a sync call's wait (Ctrl-C) cancels
-the filter's task and is thrown into the plan, as an async call's cancellation is: the call
-is reported as cancelled.
+if it does not, the loop is given up: later calls get a fresh one, and the old one runs on
+until the waits it has left end (each finishes, or ends at its call's deadline). An
+interrupt of a sync call's wait (Ctrl-C) cancels the filter's task and is thrown into the
+plan, as an async call's cancellation is: the call is reported as cancelled.
 """
 
 from __future__ import annotations
@@ -300,25 +300,27 @@ class _FilterLoop:
         return loop
 
     def give_up(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Forget ``loop`` (if it is still this one): a filter's blocking code holds it. Its
-        thread stops it once that code returns (the calls it had left waited for their own
-        deadlines, and ended)."""
+        """Forget ``loop`` (if it is still this one): a filter's blocking code holds it. It
+        runs on until the waits it has left end (once that code returns: each finishes, or
+        ends at its call's deadline), then stops."""
         with self._lock:
             if self._loop is not loop:
                 return  # (given up already)
             self._loop = self._thread = None
-        loop.call_soon_threadsafe(loop.stop)
+        asyncio.run_coroutine_threadsafe(_retired(), loop)
+
+
+async def _retired() -> None:
+    """Stop the running loop (given up) once its other tasks are done."""
+    this = asyncio.current_task()
+    while others := asyncio.all_tasks() - {this}:
+        await asyncio.wait(others)
+    asyncio.get_running_loop().stop()
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """Run ``loop`` until it is given up; then cancel the waits it had left (their calls
-    timed out) and close it."""
+    """Run ``loop`` until it is given up and its waits ended; then close it."""
     loop.run_forever()
-    left = asyncio.all_tasks(loop)
-    for task in left:
-        task.cancel()
-    if left:
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
     loop.close()
 
 
