@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import sys
@@ -279,9 +280,10 @@ class _FilterLoop:
         self._loop = self._thread = None
 
     def inside(self) -> bool:
-        """Whether this thread runs a loop that the shared one waits for, or is that one's
-        (a sync call made by a filter on it, or on a loop of its own: :func:`_on_own_loop`),
-        which a wait on the shared loop would deadlock until the deadline."""
+        """Whether a sync call made on this thread must not wait on the shared loop: this
+        is the loop's thread (a filter on it made the call), or a thread running a loop of
+        its own for such a call (:func:`_on_own_loop`), which the shared loop waits for (a
+        wait there: a deadlock until the call's deadline)."""
         return self._thread is threading.current_thread() or getattr(_OWN_LOOP, "on", False)
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -361,7 +363,8 @@ def _waited(
     except concurrent.futures.TimeoutError:
         pass
     turned = threading.Event()
-    loop.call_soon_threadsafe(turned.set)
+    with contextlib.suppress(RuntimeError):  # (closed: given up, and its waits ended)
+        loop.call_soon_threadsafe(turned.set)
     try:
         return future.result(_GRACE_S)
     except concurrent.futures.TimeoutError:
