@@ -6,6 +6,7 @@ call made by a filter on the loop runs its own async filters."""
 
 from __future__ import annotations
 
+import linecache
 import os
 import signal
 import sys
@@ -145,12 +146,15 @@ def interruptible() -> Iterator[None]:
 
 
 def ctrl_c_once_waiting() -> None:
-    """Press Ctrl-C for the main thread once it waits (in a lock's wait) for this filter."""
+    """Press Ctrl-C for the main thread once it waits for this filter: blocked on the lock
+    inside ``Condition.wait`` (a signal handled a line earlier, where that wait holds no
+    lock it restores, could leave the future's lock held)."""
     main = threading.main_thread()
     assert main.ident is not None
     for _ in range(int(BOUND_S * 1000)):
         frame = sys._current_frames().get(main.ident)
-        if frame is not None and frame.f_code.co_name == "wait":
+        line = "" if frame is None else linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        if frame is not None and frame.f_code.co_name == "wait" and "waiter.acquire(" in line:
             break
         time.sleep(0.001)
     signal.pthread_kill(main.ident, signal.SIGINT)
