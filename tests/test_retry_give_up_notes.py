@@ -12,6 +12,7 @@ import pytest
 
 from llmguard_sdk import Guard, ProviderUnavailableError, RateLimitedError
 from llmguard_sdk.retry import MemoryRetryBudget, RetryBudgetPolicy, RetryPolicy, retry
+from llmguard_sdk.retry.policy import Decision, why_not
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import MODES, chat_in_mode
@@ -96,3 +97,13 @@ def test_standalone_retry_budget_says_so() -> None:
     with pytest.raises(ProviderUnavailableError) as raised:
         ask()
     assert "retry budget" in notes_of(raised.value)
+
+
+def test_a_spent_timeout_says_no_time_is_left_not_a_backoff_wait() -> None:
+    """With no time left of the timeout, the note says so (it spoke of a backoff wait that
+    would leave no time "in the 0.00 s left")."""
+    spent = why_not(Decision(False, 0.4, "deadline"), QUICK, attempt=1, remaining=-0.2)
+    assert spent == "not retried: no time is left of the timeout"
+    short = why_not(Decision(False, 0.4, "deadline"), QUICK, attempt=1, remaining=0.3)
+    assert "backoff wait of 0.40 s" in short
+    assert "0.30 s left" in short

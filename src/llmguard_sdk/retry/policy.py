@@ -201,6 +201,8 @@ def why_not(decision: Decision, policy: RetryPolicy, *, attempt: int, remaining:
         return f"not retried: {asked}, more than RetryPolicy.cap={policy.cap:g} s"
     if decision.reason == "deadline" and decision.hinted:
         return f"not retried: {asked}, more than the {left:.2f} s left of the timeout"
+    if decision.reason == "deadline" and left <= 0:
+        return "not retried: no time is left of the timeout"
     if decision.reason == "deadline":
         return (
             f"not retried: a backoff wait of {wait:.2f} s would leave no time for another "
