@@ -174,24 +174,29 @@ class Driven:
         self.backend, self.advance = backend, advance
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-def driven(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Driven]:
-    if request.param == "memory":
+def drive(kind: str, redis_target: RedisTarget, policy: BreakerPolicy) -> Iterator[Driven]:
+    """A :class:`Driven` backend of ``kind`` (memory, redis, cluster) under ``policy``."""
+    if kind == "memory":
         now = [1000.0]
 
         def advance(seconds: float) -> None:
             now[0] += seconds
 
-        yield Driven(MemoryBreakerBackend(POLICY, clock=lambda: now[0]), advance)
+        yield Driven(MemoryBreakerBackend(policy, clock=lambda: now[0]), advance)
         return
-    store = redis_store(*redis_target(request.param))
-    backend = RedisBreakerBackend(store, POLICY)
+    store = redis_store(*redis_target(kind))
+    backend = RedisBreakerBackend(store, policy)
 
     def shift(seconds: float) -> None:
         backend.clock_offset += seconds
 
     yield Driven(backend, shift)
     store.close()
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def driven(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator[Driven]:
+    yield from drive(request.param, redis_target, POLICY)
 
 
 def test_contract_trip_probe_close(driven: Driven) -> None:

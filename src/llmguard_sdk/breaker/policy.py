@@ -15,7 +15,9 @@
   tripped by slow calls would otherwise flap between open and half-open); that many
   successful probes close it. A probe whose outcome never
   comes back (its caller was cancelled, or stopped reading a stream) does not hold its permit
-  forever: after ``open_seconds`` without an outcome, the permits are handed out again. Only
+  forever: once ``open_seconds`` have passed since the last probe permit was handed out
+  with no outcome back, the permits of the probes still out are handed out again (the
+  successes already counted stay counted). Only
   probes count: a call let through before the breaker opened that ends while it is half-open
   (``probe=False``) neither closes nor reopens it, nor frees a probe permit.
 * **ISOLATED** (manual) refuses every call until reset.
@@ -163,11 +165,17 @@ class BreakerState:
 
     ``calls``, ``failures`` and ``slow`` are running totals of the whole window.
     ``paused_until``: the end of the pause a 429's Retry-After asked for, which a passed
-    background probe does not cut short.
+    background probe does not cut short. ``half_open_at``: when the breaker last turned
+    half-open; ``probed_at``: when its last probe permit was handed out (the probes still
+    out are presumed lost ``open_seconds`` after it).
 
     .. versionchanged:: 0.2.0
        ``window`` (bounded counts) replaced ``outcomes`` (every ``(time, outcome)`` pair of
        the window).
+
+    .. versionchanged:: 0.2.0
+       ``probed_at``: lost probes are timed from the last probe permit, not from
+       ``half_open_at``.
     """
 
     state: State = "closed"
@@ -178,6 +186,7 @@ class BreakerState:
     half_open_at: float = 0.0
     window: tuple[int, ...] = ()
     paused_until: float = 0.0
+    probed_at: float = 0.0
 
     @property
     def calls(self) -> int:
@@ -219,10 +228,13 @@ def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Per
         state = replace(state, state="half_open", permits=0, probes_ok=0, half_open_at=now)
     if state.state == "half_open":
         if state.permits >= policy.half_open_permits:
-            if now - state.half_open_at < policy.open_seconds:
+            if now - state.probed_at < policy.open_seconds:
                 return Permit(False, "half_open", retry_after=0.0), state
-            state = replace(state, permits=0, probes_ok=0, half_open_at=now)  # lost probes
-        return Permit(True, "half_open", probe=True), replace(state, permits=state.permits + 1)
+            # the probes still out have gone open_seconds without an outcome (lost): their
+            # permits are handed out again; the successes already counted stay counted
+            state = replace(state, permits=state.probes_ok)
+        granted = replace(state, permits=state.permits + 1, probed_at=now)
+        return Permit(True, "half_open", probe=True), granted
     return _CLOSED_PERMIT, state
 
 
