@@ -387,24 +387,6 @@ def test_a_call_let_through_before_the_trip_gives_back_no_probe_permit(
     assert breakers.state("primary") == "half_open"  # one probe's success is not two
 
 
-def test_a_probe_that_passes_does_not_cut_a_retry_after_short(
-    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard
-) -> None:
-    # (probe_every long enough that one call, however slow the machine, starts one probe: a
-    # call asks the breaker more than once, and 10 ms apart under load each asking probed)
-    guard = make_guard(fake, fake2, retry=None, breaker=BreakerPolicy(probe_every=5.0))
-    fake.script(Fault(status=429, retry_after=30))
-    assert guard.chat(USER).route == "backup"  # the 429 opens the breaker for 30 s
-    assert guard.chat(USER).route == "backup"  # refused: a background probe starts
-    prober = guard._stages.prober
-    assert prober is not None
-    for probe in list(prober._running):  # the probe has ended: it passed
-        probe.join(10)
-    assert fake.stats.requests == 2
-    assert guard.chat(USER).route == "backup"  # the provider's 30 s still hold
-    assert fake.stats.requests == 2
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_call_out_of_time_before_its_request_fails_no_route(
     fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str

@@ -5,7 +5,8 @@ probe per route and process runs each ``probe_every`` seconds, in a daemon threa
 request (not a user's call: no budget, cache or telemetry), bounded by ``probe_every`` (10 s at
 most). When it succeeds, no slower than ``slow_call_seconds``, the breaker's open wait ends
 (in every process, with Redis): the next call half-opens it and the route is back within
-seconds of its recovery.
+seconds of its recovery. A route paused by a 429 is not probed (``Permit.paused``): the
+provider asked for no request until its Retry-After, and a probe could not end that pause.
 """
 
 from __future__ import annotations

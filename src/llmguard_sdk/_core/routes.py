@@ -264,12 +264,13 @@ def fall_through(
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
     """Record that ``route``'s breaker refused the call (the chain moves on at once); an
-    open breaker gets its route probed in the background (``BreakerPolicy.probe_every``).
+    open breaker gets its route probed in the background (``BreakerPolicy.probe_every``),
+    unless a 429's pause holds it open (``Permit.paused``: a probe cannot end it).
 
     When the breaker opened during this call's own retries, the provider error that opened
     it stays the one reported for the route.
     """
-    if permit.state == "open" and stages.prober is not None:
+    if permit.state == "open" and not permit.paused and stages.prober is not None:
         stages.prober.maybe_probe(route, route_model(route, ctx.request))
     if stages.routing is not None:
         stages.routing.refused(route.name, permit.retry_after)

@@ -89,7 +89,8 @@ class BreakerPolicy:
             this often per route and process; a probe that succeeds (no slower than
             ``slow_call_seconds``) ends the open wait, so the next call half-opens the
             breaker (a recovered route is back within seconds, not after the whole open
-            duration). ``None`` turns probes off.
+            duration). A route paused by a 429's Retry-After is not probed before the
+            pause ends (a probe cannot cut it short). ``None`` turns probes off.
     """
 
     window_type: Literal["count", "time"] = "count"
@@ -209,13 +210,17 @@ class Permit:
     """The answer to "may a call go to this route now?".
 
     ``retry_after`` says when an open breaker will let a probe through; ``probe`` marks a
-    half-open probe call.
+    half-open probe call; ``paused`` marks a refusal during a 429's pause (the provider's
+    Retry-After), which a background probe cannot end: none is sent then.
+
+    .. versionchanged:: 0.2.0 ``paused``.
     """
 
     allowed: bool
     state: State
     retry_after: float = 0.0
     probe: bool = False
+    paused: bool = False
 
 
 def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Permit, BreakerState]:
@@ -224,7 +229,8 @@ def acquire(state: BreakerState, now: float, policy: BreakerPolicy) -> tuple[Per
         return Permit(False, "isolated", retry_after=math.inf), state
     if state.state == "open":
         if now < state.open_until:
-            return Permit(False, "open", retry_after=state.open_until - now), state
+            paused = now < state.paused_until
+            return Permit(False, "open", retry_after=state.open_until - now, paused=paused), state
         state = replace(state, state="half_open", permits=0, probes_ok=0, half_open_at=now)
     if state.state == "half_open":
         if state.permits >= policy.half_open_permits:

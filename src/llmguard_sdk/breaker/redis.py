@@ -202,7 +202,7 @@ def _state(raw: object) -> State:
 
 
 def _permit(reply: Any) -> Permit:
-    allowed, state, retry_after = reply
+    allowed, state, retry_after = reply[:3]
     seconds = math.inf if _text(retry_after) == "inf" else float(_text(retry_after))
     state_name = _state(state)
     return Permit(
@@ -210,4 +210,5 @@ def _permit(reply: Any) -> Permit:
         state_name,
         retry_after=seconds,
         probe=bool(int(allowed)) and state_name == "half_open",
+        paused=len(reply) > 3 and bool(int(reply[3])),
     )

@@ -3,10 +3,12 @@
 -- ARGV[1]  half_open_permits, ARGV[2] clock offset in seconds (0 outside tests), ARGV[3] TTL,
 --          ARGV[4] open seconds (after which the permits of lost probes are handed out again)
 -- (h = when the breaker turned half-open, g = when its last probe permit was handed out)
--- Returns {allowed (0/1), state, retry_after as a string}.
+-- (z = the end of a 429's pause)
+-- Returns {allowed (0/1), state, retry_after as a string, paused (0/1): a refusal during a
+-- 429's pause, which a background probe cannot end}.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[2])
-local saved = redis.call('HMGET', KEYS[1], 's', 'u', 'p', 'g', 'k', 'h')
+local saved = redis.call('HMGET', KEYS[1], 's', 'u', 'p', 'g', 'k', 'h', 'z')
 local state = saved[1] or 'closed'
 local open_until = tonumber(saved[2]) or 0
 local permits = tonumber(saved[3]) or 0
@@ -17,7 +19,8 @@ if state == 'isolated' then
 end
 if state == 'open' then
   if now < open_until then
-    return {0, 'open', string.format('%.6f', open_until - now)}
+    local paused = now < (tonumber(saved[7]) or 0) and 1 or 0
+    return {0, 'open', string.format('%.6f', open_until - now), paused}
   end
   state = 'half_open'
   permits, probes_ok = 0, 0
