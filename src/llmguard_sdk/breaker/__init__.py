@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
@@ -23,7 +25,7 @@ from ..classify import classify_exception
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
 from ._guarded import acall_through, call_through, check_callable
 from ._protecting import protecting
-from .memory import MemoryBreakerBackend
+from .memory import MemoryBreakerBackend, forget_after
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
 
@@ -167,7 +169,12 @@ class Breakers:
         if not all(callable(hook) for hook in self.hooks):
             raise ConfigurationError(f"breaker hooks must be callables, got {hooks!r}")
         self._lock = threading.Lock()
-        self._seen: dict[str, State] = {}
+        # the state each route was last seen in, other than closed, and when: least recently
+        # seen first; forgotten as the backend forgets an idle route (isolated: until reset)
+        self._seen: OrderedDict[str, tuple[State, float]] = OrderedDict()
+        self._clock = _clock_of(backend)
+        self._idle_s = float(forget_after(backend.policy))
+        self._prune_at = 0.0  # when the least recently seen entry expires
 
     @property
     def policy(self) -> BreakerPolicy:
@@ -319,18 +326,38 @@ class Breakers:
         self._saw(route, "closed")
 
     def last_seen(self, route: str) -> State:
-        """The state this process last saw ``route``'s breaker in (no I/O)."""
-        return self._seen.get(route, "closed")  # one dict read: atomic, no lock needed
+        """The state this process last saw ``route``'s breaker in (no I/O); ``closed`` once
+        it was last seen longer ago than the backend keeps an idle route
+        (:func:`~llmguard_sdk.breaker.memory.forget_after`: Redis expires its keys, the
+        memory backend forgets it), isolated excepted (until reset).
+
+        .. versionchanged:: 0.2.0 a route last seen open is forgotten with the backend's."""
+        seen = self._seen.get(route)  # one dict read: atomic, no lock needed
+        if seen is None or self._expired(seen, self._clock()):
+            return "closed"
+        return seen[0]
+
+    def _expired(self, seen: tuple[State, float], now: float) -> bool:
+        return seen[0] != "isolated" and now - seen[1] >= self._idle_s
 
     def _saw(self, route: str, state: State) -> None:
-        if self._seen.get(route, "closed") == state:
-            return  # no change (nearly every call): no lock taken
+        seen = self._seen
+        if not seen and state == "closed":
+            return  # nothing seen other than closed (nearly every call): no clock, no lock
+        now = self._clock()
+        last = seen.get(route)
+        if last is None and state == "closed" and now < self._prune_at:
+            return  # no change, nothing to forget yet: no lock taken
+        if last is not None and last[0] == state and now - last[1] < self._idle_s / 2:
+            return  # no change, seen lately: no lock taken
         with self._lock:
-            before = self._seen.get(route, "closed")
-            if state == "closed":  # the default: routes seen closed keep no entry
-                self._seen.pop(route, None)
-            else:
-                self._seen[route] = state
+            self._forget_idle(now)
+            last = seen.pop(route, None)
+            before = "closed" if last is None or self._expired(last, now) else last[0]
+            if state != "closed":  # the default: routes seen closed keep no entry
+                if not seen:
+                    self._prune_at = now + self._idle_s
+                seen[route] = (state, now)
         if before != state:
             transition = BreakerTransition(route, before, state)
             logger.info("breaker %s: %s -> %s", route, before, state)
@@ -339,6 +366,33 @@ class Breakers:
                     hook(transition)
                 except Exception:
                     logger.exception("breaker hook %r failed", hook)
+
+    def _forget_idle(self, now: float) -> None:
+        """Forget the routes last seen longer ago than the backend keeps an idle route
+        (oldest first, each once: no scan of the others); isolated ones are kept."""
+        seen = self._seen
+        while seen:
+            route, (state, at) = next(iter(seen.items()))
+            if now - at < self._idle_s:
+                self._prune_at = at + self._idle_s
+                return
+            if state == "isolated":  # until reset
+                seen[route] = (state, now)
+                seen.move_to_end(route)
+            else:
+                del seen[route]
+        self._prune_at = 0.0
+
+
+def _clock_of(backend: BreakerBackend) -> Callable[[], float]:
+    """The clock that times ``backend``'s idle routes: a memory backend's own (injected in
+    tests), else this process's monotonic clock (shifted by a Redis backend's
+    ``clock_offset``, as its scripts' clock is)."""
+    if isinstance(backend, MemoryBreakerBackend):
+        return backend._clock
+    if isinstance(backend, RedisBreakerBackend):
+        return lambda: time.monotonic() + backend.clock_offset
+    return time.monotonic
 
 
 def _named(route: str) -> str:
