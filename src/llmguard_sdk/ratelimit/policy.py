@@ -126,6 +126,10 @@ CONCURRENCY_POLL = 0.05
 
 _EPSILON = 1e-9
 
+PROVIDER_WINDOW = 60.0
+"""Seconds a provider's rate-limit hints speak for (``x-ratelimit-remaining-*``, a 429's
+pause): the per-minute window that OpenAI's and Anthropic's counters describe."""
+
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -201,6 +205,15 @@ class RateLimit:
         """Seconds of allowance a call of ``priority`` may use ahead of now."""
         share = 1.0 - (self.batch_headroom if priority == "batch" else 0.0)
         return self.period * self.burst * share
+
+    def hint_horizon(self) -> float:
+        """Seconds of this limit's allowance a provider's hint speaks for: its capacity, scaled
+        to the provider's one-minute window (:data:`PROVIDER_WINDOW`) when its ``period`` is
+        longer (a per-minute header or a 429 says nothing of a day's quota).
+
+        .. versionadded:: 0.2.0
+        """
+        return self.capacity() * min(1.0, PROVIDER_WINDOW / self.period)
 
     def patience(self, max_wait: float | None) -> float:
         """How long a call allowed ``max_wait`` may wait for this limit."""
@@ -492,6 +505,19 @@ def learn(
 
     ``remaining_*`` come from ``x-ratelimit-remaining-*``; ``pause`` is a 429's wait: no
     room at all until it has passed.
+
+    The provider's counters describe its own one-minute window, so each limit learns them
+    over its :meth:`~RateLimit.hint_horizon` ``h``: its capacity, or for a longer ``period``
+    a minute's share of it. ``left`` units remaining move a TAT to at least
+    ``now + h - left x interval``; a pause to at least ``now + h + pause``. A limit of
+    ``period`` up to a minute (``burst`` 1: ``h`` is its capacity) is left with ``left``
+    units of room, or none until the pause has passed and then its rate's worth; a hint
+    costs a longer limit (a daily quota) at most a minute's share of its allowance plus the
+    pause's share, never a day's, and does not block it (its route's per-minute limit, or
+    the Guard's breaker, waits the pause out).
+
+    .. versionchanged:: 0.2.0
+       Learned over the hint's minute, not a longer limit's whole period.
     """
     cell = _as_cell(state, limit)
     remaining = (
@@ -500,7 +526,7 @@ def learn(
         remaining_input_tokens,
         remaining_output_tokens,
     )
-    capacity = limit.capacity()
+    horizon = limit.hint_horizon()
     tats = list(cell.tats)
     for index, per_period in enumerate(limit.limits()):
         if per_period is None:
@@ -508,9 +534,9 @@ def learn(
         interval = limit.period / per_period
         left = remaining[index]
         if left is not None:
-            tats[index] = max(tats[index], now + capacity - left * interval)
+            tats[index] = max(tats[index], now + horizon - left * interval)
         if pause is not None:
-            tats[index] = max(tats[index], now + capacity + pause)
+            tats[index] = max(tats[index], now + horizon + pause)
     learned: _State = _like(
         state, CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue)
     )

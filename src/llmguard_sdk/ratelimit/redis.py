@@ -197,7 +197,7 @@ class RedisRateLimiter(LimiterBase):
         ]
         for names, limit in self._cells(key, None, route_only=True):
             keys += names
-            args += [*(_opt(v) for v in limit.limits()), limit.period, limit.capacity()]
+            args += [*(_opt(v) for v in limit.limits()), limit.period, limit.hint_horizon()]
         return keys, args
 
     def learn_steps(self, key: str, **taught: Unpack[LearnArgs]) -> Step[None]:

@@ -3,7 +3,8 @@
 -- KEYS: three per limit (state hash, queue, leases; see reserve.lua).
 -- ARGV: 1 clock offset, 2-5 remaining requests, tokens, input tokens, output tokens ('' for
 --   unknown), 6 pause seconds (''); then 6 per limit: rpm, tpm, input tpm, output tpm ('' for
---   none), period, capacity.
+--   none), period, horizon (the seconds of its allowance a provider's hint speaks for:
+--   RateLimit.hint_horizon, its capacity or for a longer period a minute's share of it).
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000 + tonumber(ARGV[1])
 local left = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
@@ -11,7 +12,7 @@ local pause = tonumber(ARGV[6])
 local fields = {'r', 't', 'i', 'o'}
 for c = 1, #KEYS / 3 do
   local a = 6 + (c - 1) * 6
-  local period, capacity = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+  local period, horizon = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
   local state = KEYS[3 * c - 2]
   local saved = redis.call('HMGET', state, 'r', 't', 'i', 'o')
   local tats = {}
@@ -20,9 +21,9 @@ for c = 1, #KEYS / 3 do
     local limit = tonumber(ARGV[a + q])
     if limit then
       if left[q] then
-        tats[q] = math.max(tats[q], now + capacity - left[q] * period / limit)
+        tats[q] = math.max(tats[q], now + horizon - left[q] * period / limit)
       end
-      if pause then tats[q] = math.max(tats[q], now + capacity + pause) end
+      if pause then tats[q] = math.max(tats[q], now + horizon + pause) end
     end
   end
   for q = 1, 4 do redis.call('HSET', state, fields[q], string.format('%.6f', tats[q])) end
