@@ -10,6 +10,9 @@ on their own, so a crashed process leaks none.
 If Redis cannot be reached, each process falls back to its own in-memory limiter, holding
 the store's ``local_share`` of every limit (so N processes together stay near N times that
 share), until the store's breaker lets Redis be tried again; it logs that once per outage.
+A reservation is settled where it was taken: one the process's share granted, in that share
+(even once Redis is back: the shared state never counted it), one taken in Redis, in Redis
+(while Redis is down, not at all: the share never counted it, and its lease lapses).
 
 .. versionadded:: 0.1.0
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import threading
 import time
 from typing import Any, cast
 
@@ -69,7 +73,11 @@ class RedisRateLimiter(LimiterBase):
         self._scripts = RedisScripts(store, _RESERVE, _SETTLE, _LEARN, once=(0, 1))
         self._fallback = MemoryRateLimiter({})  # (its limits: shares of these, below)
         self._outage = Outage("rate limits", "limiting per process", store)
-        self._fell_back = False  # whether the process's own share ever granted a call
+        # the calls the process's own share reserved (settled there): call id -> the
+        # monotonic instant it is forgotten (its lease has lapsed by then)
+        self._local: dict[str, float] = {}
+        self._local_lock = threading.Lock()
+        self._local_purge = 256  # the size at which lapsed ids are dropped
         # per key: its limits, and each one's key base and the hash of what its TATs mean
         self._bases: dict[str, tuple[tuple[RateLimit, ...], _Bases]] = {}
         for key, rules in list(self.limits.items()):
@@ -178,9 +186,35 @@ class RedisRateLimiter(LimiterBase):
             yield Pause(min(left, _poll(grant)))
             # asking again, it may wait only what is left (its place in the queue lapses then)
             keys, args = self._reserve_call(cells, call_id, _what_is_left(ask, until))
-        self._fell_back = True
-        fallback: Grant = yield from self._fallback._reserve_steps(key, _what_is_left(ask, until))
-        return fallback
+        rest = _what_is_left(ask, until)
+        rest["lease"] = call_id  # (the share's concurrency lease, if any, by the same name)
+        held = max(limit.lease_seconds for _, limit in cells)
+        lease_seconds = ask.get("lease_seconds")
+        if lease_seconds is not None:
+            held = min(held, float(lease_seconds))
+        self._taken_locally(call_id, until + held)  # (before: a cancelled wait settles there)
+        fallback: Grant = yield from self._fallback._reserve_steps(key, rest)
+        if not fallback.allowed:
+            self._settled_locally(call_id)
+            return fallback
+        return dataclasses.replace(fallback, lease=call_id)  # named: its settle finds it
+
+    def _taken_locally(self, call_id: str, until: float) -> None:
+        """Note that the process's share reserved ``call_id``, to settle it there (until
+        ``until``, a monotonic instant); lapsed ids are dropped as their number grows."""
+        with self._local_lock:
+            self._local[call_id] = until
+            if len(self._local) >= self._local_purge:
+                now = time.monotonic()
+                self._local = {k: v for k, v in self._local.items() if v > now}
+                self._local_purge = 2 * len(self._local) + 256
+
+    def _settled_locally(self, lease: str | None) -> bool:
+        """Whether ``lease`` names a reservation of the process's share (forgotten now)."""
+        if lease is None:
+            return False
+        with self._local_lock:
+            return self._local.pop(lease, None) is not None
 
     def _learn_call(self, key: str, taught: LearnArgs) -> tuple[list[str], list[Any]]:
         remaining = (
@@ -241,27 +275,33 @@ class RedisRateLimiter(LimiterBase):
 
     def settle_steps(self, key: str, **settled: Unpack[SettleArgs]) -> Step[None]:
         """Correct a reservation in Redis, and give its concurrency ``lease`` back;
-        ``request_delta=-1`` also gives back the request (a call never sent)."""
+        ``request_delta=-1`` also gives back the request (a call never sent). Pass the
+        grant's ``lease`` (every grant here names one under token limits): a reservation
+        the process's own share granted in an outage is settled there, Redis back or not
+        (without a ``lease``, a settle goes to Redis while it answers)."""
         check_args(settled, SettleArgs, "settle")
         self._configured(key)
         return self._settle_steps(key, settled)
 
     def _settle_steps(self, key: str, settled: SettleArgs) -> Step[None]:
         """:meth:`settle_steps` without the checks of its arguments (the Guard's own)."""
+        lease = settled.get("lease")
+        if self._settled_locally(lease):  # the share reserved it: settled there, as taken
+            self._fallback._settle(key, settled)
+            return
         call = self._settle_call(key, settled)
         if call is None:
             return
         if self._outage.up():
             try:
                 yield self._scripts.command(1, call[0], call[1])
+                return
             except redis_errors() as exc:
                 self._outage.failed(exc)
-            else:
-                lease = settled.get("lease")
-                if self._fell_back and lease is not None:  # taken locally in an outage?
-                    self._fallback.release(key, tenant=settled.get("tenant"), lease=lease)
-                return
-        self._fallback._settle(key, settled)
+        if lease is None:  # (where it was taken is unknown: the share, as in an outage)
+            self._fallback._settle(key, settled)
+        # else: taken in Redis, which cannot be reached; the share never counted it (its
+        # refund would be room the share never gave), and its Redis lease lapses on its own
 
     def release_steps(self, key: str, *, tenant: str | None = None, lease: str) -> Step[None]:
         """Give a concurrency lease back without settling tokens."""
