@@ -358,3 +358,80 @@ def test_the_exported_tree_is_the_same_with_or_without_propagation(
     propagated, written_at_the_end = trees
     assert len(propagated) == 1 + 3 + 2  # the call, primary's 3 attempts, backup's 2
     assert propagated == written_at_the_end
+
+
+def test_a_carried_tracestate_goes_with_the_traceparent_it_belonged_to(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """W3C: a ``tracestate`` belongs to its ``traceparent``. Where the attempt's trace
+    context replaces the one the request carried and the attempt's span has no trace state
+    (the propagator writes no ``tracestate``), the carried one (any spelling) is not sent
+    next to the attempt's ``traceparent``, as if it were that trace's; other headers stay."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    guard.chat(
+        USER,
+        extra_headers={"TraceParent": UPSTREAM, "TraceState": "vendor=old", "x-app": "1"},
+    )
+    (request,) = fake.requests
+    (attempt,) = attempts_of(otel, call_span(otel))
+    assert request.headers["traceparent"] == traceparent(attempt)
+    assert "tracestate" not in request.headers
+    assert request.headers["x-app"] == "1"
+
+
+def test_a_carried_tracestate_is_dropped_through_the_transport_seam(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """The reviewer's case: an SDK client over the Guard's seam sends both headers."""
+    guard = make_guard(fake, telemetry=otel.telemetry)
+    client = openai.OpenAI(
+        api_key="sk-not-sent", base_url="http://guard.test/v1", http_client=http_client(guard)
+    )
+    client.chat.completions.create(
+        model="fake-model",
+        messages=USER,
+        extra_headers={"traceparent": UPSTREAM, "tracestate": "vendor=old"},
+    )
+    client.close()
+    (request,) = fake.requests
+    (attempt,) = attempts_of(otel, call_span(otel))
+    assert request.headers["traceparent"] == traceparent(attempt)
+    assert "tracestate" not in request.headers
+
+
+def test_the_attempts_own_tracestate_replaces_a_carried_one(
+    fake: FakeProvider, make_guard: MakeGuard, otel: Exported
+) -> None:
+    """A caller's context with a trace state: the attempt's span inherits it and the
+    propagator writes it, in place of the carried one (one header, the attempt's)."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    parent = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("app", "mine")]),
+    )
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(parent)))
+    try:
+        make_guard(fake, telemetry=otel.telemetry).chat(
+            USER, extra_headers={"traceparent": UPSTREAM, "TRACESTATE": "vendor=old"}
+        )
+    finally:
+        otel_context.detach(token)
+    (request,) = fake.requests
+    (attempt,) = attempts_of(otel, call_span(otel))
+    assert request.headers["traceparent"] == traceparent(attempt)
+    assert request.headers["tracestate"] == "app=mine"  # (repeats would be joined)
+
+
+def test_a_carried_tracestate_is_sent_as_it_is_when_nothing_is_propagated(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    make_guard(fake).chat(  # no SDK: the carried context is the request's own, whole
+        USER, extra_headers={"traceparent": UPSTREAM, "tracestate": "vendor=old"}
+    )
+    (request,) = fake.requests
+    assert request.headers["traceparent"] == UPSTREAM
+    assert request.headers["tracestate"] == "vendor=old"

@@ -164,8 +164,15 @@ def with_trace(request: ChatRequest, headers: dict[str, str]) -> ChatRequest:
     """``request`` with the trace ``headers`` in its ``extra_headers``, in place of any of
     the same name (any spelling) it carried: a trace context that came with the request
     (forwarded through the transport seam from an instrumented SDK client, copied from an
-    incoming request) names a span before the attempt's, whose child the server's is."""
+    incoming request) names a span before the attempt's, whose child the server's is.
+
+    Where ``headers`` hold a ``traceparent``, a carried ``tracestate`` goes too, written
+    again or not (W3C: a trace state belongs to its ``traceparent``; the propagator writes
+    none where the attempt's span has no state, and the carried one would be read as
+    that of the attempt's trace). Other carried headers (``baggage``) stay."""
     taken = {name.lower() for name in headers}
+    if "traceparent" in taken:
+        taken.add("tracestate")
     own = {k: v for k, v in (request.extra_headers or {}).items() if k.lower() not in taken}
     return updated(request, {"extra_headers": {**own, **headers}})  # (once per attempt)
 
