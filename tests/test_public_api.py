@@ -104,6 +104,7 @@ EXPECTED = [
     "StreamInterruptedError",
     "TaskRouter",
     "Telemetry",
+    "TelemetryConfigWarning",
     "Timings",
     "TokenCount",
     "UnknownModelError",

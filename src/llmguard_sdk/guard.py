@@ -314,8 +314,6 @@ class Guard(Adoption, Lifecycle):
             key_prefix=self.settings.key_prefix,
         )
         observer = wiring.telemetry(telemetry)
-        if observer is not None:
-            breaker_hooks = [*breaker_hooks, observer.on_breaker_transition]
         self._stages = Stages(
             routes=routes,
             routing=wiring.routing(providers, self.store),
@@ -328,7 +326,7 @@ class Guard(Adoption, Lifecycle):
             retry=retry,
             retry_budget=wiring.retry_budget(retry_budget if retry else None, self.store),
             continue_streams=continue_interrupted_streams,
-            breakers=(breakers := wiring.breakers(breaker, breaker_hooks, self.store)),
+            breakers=(breakers := wiring.breakers(breaker, breaker_hooks, self.store, observer)),
             prober=wiring.prober(breakers),
             moves_on=moves_on,
             degraded_text=degraded,
@@ -337,6 +335,7 @@ class Guard(Adoption, Lifecycle):
             spend=wiring.spend(budgets, prices, routes, self.store, observer, release),
             cache=wiring.cache(cache, self.store),
             telemetry=observer,
+            propagated=wiring.propagated(observer, providers, routes),
             tasks=wiring.tasks(tasks, providers, routes),
             releases=wiring.releases(release, self.store, prices, observer, budgets),
         )

@@ -25,7 +25,7 @@ from .limits import route_input_tokens
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
 
-__all__ = ["Lease", "Routing", "flatten"]
+__all__ = ["Lease", "Routing", "flatten", "members"]
 
 _LEASE_MARGIN_S = 5.0  # a lease outlives its call's deadline by this much (then it runs out)
 
@@ -252,3 +252,15 @@ def flatten(entries: Sequence[Provider | DeploymentGroup]) -> tuple[Provider, ..
         for entry in entries
         for route in (entry.deployments if isinstance(entry, DeploymentGroup) else (entry,))
     )
+
+
+def members(entries: Sequence[Provider | DeploymentGroup]) -> dict[str, tuple[Provider, ...]]:
+    """The routes each name of the chain stands for: a group's name its deployments, a
+    route's (a deployment's too) itself."""
+    named: dict[str, tuple[Provider, ...]] = {}
+    for entry in entries:
+        routes = entry.deployments if isinstance(entry, DeploymentGroup) else (entry,)
+        named[entry.name] = tuple(routes)
+        for route in routes:
+            named.setdefault(route.name, (route,))
+    return named

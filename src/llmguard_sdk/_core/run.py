@@ -77,7 +77,10 @@ class Run:
         telemetry = self.stages.telemetry
         if telemetry is None:
             return self.request
-        return telemetry.trace_attempt(self.ctx, self.stages.routes, record, self.request)
+        stages = self.stages
+        return telemetry.trace_attempt(
+            self.ctx, stages.routes, record, self.request, stages.propagated
+        )
 
     def reach(self, route: Provider) -> None:
         """The loop goes to ``route``: a canary call's first fallback route (the current

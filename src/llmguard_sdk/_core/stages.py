@@ -110,6 +110,8 @@ class Stages:
     spend: SpendControl | None = None  # spend budgets and costs (not the retry budget)
     cache: ResponseCache | None = None
     telemetry: Telemetry | None = None
+    # the routes whose requests carry their trace context (None: telemetry's names as given)
+    propagated: bool | frozenset[str] | None = None
     routing: Routing | None = None  # deployment groups ranked per call
     prober: Prober | None = None  # background probes of routes whose breaker is open
     tasks: TaskRouting | None = None  # task routing: each call's tier, cascades

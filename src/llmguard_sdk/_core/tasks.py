@@ -31,6 +31,7 @@ from ..router import DeploymentGroup
 from ..router.cascade import Cascade
 from ..router.tasks import TaskRouter
 from . import filters
+from .routing import members as chain_members
 from .stages import (
     DEGRADED,
     OutputFilter,
@@ -137,12 +138,7 @@ class TaskRouting:
         if not isinstance(router, TaskRouter):
             raise ConfigurationError(f"tasks must be a TaskRouter, got {router!r}")
         self.router = router
-        members: dict[str, tuple[Provider, ...]] = {}
-        for entry in entries:
-            routes = entry.deployments if isinstance(entry, DeploymentGroup) else (entry,)
-            members[entry.name] = tuple(routes)
-            for route in routes:
-                members.setdefault(route.name, (route,))
+        members = chain_members(entries)
         self._tiers: dict[str, tuple[tuple[Provider, ...], ...]] = {}
         for tier, names in router.tiers.items():
             missing = [n for n in names if n not in members]

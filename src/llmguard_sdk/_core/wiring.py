@@ -40,7 +40,7 @@ from ..retry import (
 from ..router import DeploymentGroup, TaskRouter
 from ..store import RedisStore, Store
 from .probes import Prober
-from .routing import Routing, flatten
+from .routing import Routing, flatten, members
 from .tasks import TaskRouting
 
 if TYPE_CHECKING:
@@ -240,6 +240,19 @@ def telemetry(telemetry: Telemetry | bool) -> Telemetry | None:
     return telemetry
 
 
+def propagated(
+    telemetry: Telemetry | None, providers: Entries, routes: tuple[Provider, ...]
+) -> bool | frozenset[str]:
+    """The routes whose requests carry their attempt's trace context: ``propagate``'s names
+    resolved in the chain (a group's name stands for its deployments)."""
+    if telemetry is None:
+        return False
+    chain = members(_entries(providers) or routes)
+    return telemetry.propagated_routes(
+        {name: [route.name for route in named] for name, named in chain.items()}
+    )
+
+
 def cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:
     if cache is None or cache is False:
         return None
@@ -251,10 +264,16 @@ def cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | N
 
 
 def breakers(
-    policy: BreakerPolicy | Breakers | None, hooks: Sequence[BreakerHook], store: Store
+    policy: BreakerPolicy | Breakers | None,
+    hooks: Sequence[BreakerHook],
+    store: Store,
+    telemetry: Telemetry | None = None,
 ) -> Breakers | None:
+    """The Guard's breakers (``telemetry`` counts their transitions: one more hook)."""
     if policy is None or isinstance(policy, Breakers):
         return policy
+    if telemetry is not None:
+        hooks = [*hooks, telemetry.on_breaker_transition]
     backend: BreakerBackend
     if isinstance(store, RedisStore):
         backend = RedisBreakerBackend(store, policy)

@@ -40,8 +40,8 @@ Catch :class:`LLMGuardError` to catch everything the SDK raises itself::
 
 Warnings stand outside the tree: :class:`RetryMultiplicationWarning`, issued when retries stack on
 retries (an openai client retrying inside ``guard.protect``), :class:`UnknownSettingWarning`,
-:class:`RateLimitConfigWarning`, :class:`BatchSplitWarning`, :class:`LocalContextWarning` and
-:class:`DroppedParameterWarning`.
+:class:`RateLimitConfigWarning`, :class:`BatchSplitWarning`, :class:`LocalContextWarning`,
+:class:`DroppedParameterWarning` and :class:`TelemetryConfigWarning`.
 
 Every :class:`ProviderError` knows the ``route`` that raised it, the HTTP ``status_code`` (if
 any), the response ``headers`` (Retry-After, ``x-ratelimit-*`` ...), and whether it is
@@ -107,6 +107,7 @@ from ._warnings import (  # (outside the tree)
     LocalContextWarning,
     RateLimitConfigWarning,
     RetryMultiplicationWarning,
+    TelemetryConfigWarning,
     UnknownSettingWarning,
 )
 
@@ -146,6 +147,7 @@ __all__ = [
     "SettingsValidationError",
     "StoreUnavailableError",
     "StreamInterruptedError",
+    "TelemetryConfigWarning",
     "UnknownModelError",
     "UnknownModelPriceError",
     "UnknownSettingWarning",

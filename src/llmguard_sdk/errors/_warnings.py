@@ -9,6 +9,7 @@ __all__ = [
     "LocalContextWarning",
     "RateLimitConfigWarning",
     "RetryMultiplicationWarning",
+    "TelemetryConfigWarning",
     "UnknownSettingWarning",
 ]
 
@@ -66,6 +67,18 @@ class DroppedParameterWarning(UserWarning):
     ``frequency_penalty``, ``presence_penalty``, ``logit_bias``, ``prediction``), so such an
     answer is not seeded, not cut at the stop sequences, not penalised or biased. Said once
     per route and parameter.
+
+    .. versionadded:: 0.2.0
+    """
+
+
+class TelemetryConfigWarning(UserWarning):
+    """A :class:`~llmguard_sdk.telemetry.Telemetry` given to a Guard names, in
+    ``propagate={...}``, something that is no route or deployment group of that Guard (nor
+    of a Guard the same Telemetry was given to before): a misspelt name that would send no
+    request a trace context. Said once per Telemetry and name, as the Guard is built; a
+    Telemetry shared by Guards with other routes may silence it with
+    ``warnings.filterwarnings("ignore", category=TelemetryConfigWarning)``.
 
     .. versionadded:: 0.2.0
     """

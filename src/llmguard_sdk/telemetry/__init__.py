@@ -52,7 +52,11 @@ global propagator injects (``baggage`` by default), so a server that traces requ
 its spans children of the attempt's: the call's span and the attempt's are then started as
 the attempt begins (same start times, the rest set as the call ends: the same tree).
 ``Telemetry(propagate=...)``: ``True`` (default: every route, as OpenTelemetry's HTTP client
-instrumentations do), a collection of route names, or ``False``. Without an SDK, or with
+instrumentations do), a collection of route names (a deployment group's standing for each of
+its deployments; a name that is no route or group of the Guard is a
+:class:`~llmguard_sdk.TelemetryConfigWarning` as the Guard is built), or ``False``. A
+``traceparent`` the request carried is replaced by the attempt's, and its ``tracestate`` goes
+with it. Without an SDK, or with
 ``telemetry=False``, nothing is sent and spans are built at the end as before.
 A ``@guard.protect`` call's span and points name the provider of the SDK the function uses
 (``gen_ai.provider.name``: ``openai``, ``anthropic`` ..., ``unknown`` when nothing tells)

@@ -1,18 +1,22 @@
-"""Numeric options of the telemetry parts (:class:`~llmguard_sdk.telemetry.anomaly.Anomalies`,
+"""Options of the telemetry parts (:class:`~llmguard_sdk.telemetry.anomaly.Anomalies`,
 :class:`~llmguard_sdk.telemetry.sampling.EvalSink`), checked when they are built: a value of
 the wrong kind or out of range is a :class:`~llmguard_sdk.errors.ConfigurationError` naming
 the option, not a ``TypeError`` at the first call, nor a setting silently misread (``True``
-as a share of 1)."""
+as a share of 1); ``propagate``'s route names, resolved in the chain of each Guard given the
+telemetry."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+import threading
+import warnings
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from ..errors import ConfigurationError
+from .._callers import caller_level
+from ..errors import ConfigurationError, TelemetryConfigWarning
 
-__all__ = ["check_parts", "checked_number", "checked_propagate"]
+__all__ = ["Propagation", "check_parts", "checked_number", "checked_propagate"]
 
 
 def checked_number(
@@ -89,3 +93,37 @@ def checked_propagate(propagate: object) -> bool | frozenset[str]:
     raise ConfigurationError(
         f"propagate must be True, False or a collection of route names, not {propagate!r}"
     )
+
+
+class Propagation:
+    """``Telemetry``'s ``propagate``, resolved for each Guard it is given to: a group's name
+    stands for its deployments; a name that is no route or group of the Guard, nor of a Guard
+    given the same Telemetry before, is warned about (once per name)."""
+
+    def __init__(self, wanted: bool | frozenset[str]) -> None:
+        self.wanted = wanted
+        self._known: set[str] = set()  # the routes and groups of the Guards given it so far
+        self._said: set[str] = set()  # the names warned about
+        self._lock = threading.Lock()
+
+    def routes(self, chain: Mapping[str, Collection[str]]) -> bool | frozenset[str]:
+        """The names of the routes (deployments) of a Guard whose requests carry their
+        attempt's trace context: ``True`` all, ``False`` none. ``chain``: what each name of
+        the Guard's chain (route, group, a group's deployment) stands for."""
+        wanted = self.wanted
+        if isinstance(wanted, bool):
+            return wanted
+        with self._lock:
+            self._known.update(chain)
+            unknown = sorted(wanted - self._known - self._said)
+            self._said.update(unknown)
+        if unknown:
+            warnings.warn(
+                f"Telemetry(propagate=...) names {', '.join(map(repr, unknown))}: no route "
+                "or deployment group of this Guard (its routes and groups: "
+                f"{', '.join(map(repr, sorted(chain)))}), so no request is sent a trace "
+                "context for it",
+                TelemetryConfigWarning,
+                stacklevel=caller_level(),
+            )
+        return frozenset(route for name in wanted & chain.keys() for route in chain[name])

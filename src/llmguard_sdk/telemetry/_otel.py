@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import context as otel_context
@@ -33,7 +33,7 @@ from ._attributes import (
 )
 from ._instruments import Instruments
 from ._labels import CappedMeter
-from ._options import check_parts, checked_number, checked_propagate
+from ._options import Propagation, check_parts, checked_number, checked_propagate
 from ._quality import Quality
 from ._sdk_names import UNKNOWN
 from ._semconv import Names, SemconvMode, names_for
@@ -93,8 +93,12 @@ class Telemetry:
             traces requests (vLLM, a gateway) makes its spans children of the attempt's.
             ``True`` (default): every route's requests, as OpenTelemetry's HTTP client
             instrumentations do; a collection of route names: those routes' only (your own
-            servers, not a third-party API); ``False``: none. Nothing is sent while no
-            tracer provider of an SDK is configured.
+            servers, not a third-party API), a deployment group's name standing for each
+            of its deployments; ``False``: none. Nothing is sent while no tracer provider of
+            an SDK is configured. A name that is no route or group of a Guard the Telemetry
+            is given to (nor of a Guard it was given to before: one Telemetry may serve
+            Guards with other routes, as a release's shadow Guard does) is a
+            :class:`~llmguard_sdk.TelemetryConfigWarning` as that Guard is built, once.
 
     .. versionchanged:: 0.2.0
        ``semconv``: the current conventions (cache and stream attributes) or the previous;
@@ -117,7 +121,7 @@ class Telemetry:
         propagate: bool | Collection[str] = True,
     ) -> None:
         check_parts(capture_content, redact, eval_sink, anomalies)
-        self._propagate = checked_propagate(propagate)
+        self._propagation = Propagation(checked_propagate(propagate))
         self.eval_sink = eval_sink
         self.anomalies = Anomalies() if anomalies is True else anomalies or None
         self.names: Names = names_for(semconv)
@@ -150,18 +154,27 @@ class Telemetry:
         """The context a call's span will be a child of (captured when the call starts)."""
         return otel_context.get_current()
 
+    def propagated_routes(self, chain: Mapping[str, Collection[str]]) -> bool | frozenset[str]:
+        """The routes of a Guard being built whose requests carry their trace context
+        (``True``: all; ``False``: none), from ``chain``: the route names each name of its
+        chain (a route, a deployment group, a group's deployment) stands for. Warns of a
+        ``propagate`` name that is none of them (see the class docs)."""
+        return self._propagation.routes(chain)
+
     def trace_attempt(
         self,
         ctx: CallContext,
         routes: tuple[Provider, ...],
         attempt: AttemptRecord,
         request: ChatRequest,
+        propagated: bool | frozenset[str] | None = None,
     ) -> ChatRequest:
         """The request ``attempt`` (the call's last, just begun) sends: ``request`` with the
         trace context of the attempt's span in its headers, where it is propagated to the
-        attempt's route and an SDK is configured (the call's span and the attempt's are then
-        started now, not as the call ends); else ``request`` itself."""
-        wanted = self._propagate
+        attempt's route (``propagated``: the Guard's :meth:`propagated_routes`; ``None``:
+        the names given, as route names) and an SDK is configured (the call's span and the
+        attempt's are then started now, not as the call ends); else ``request`` itself."""
+        wanted = self._propagation.wanted if propagated is None else propagated
         if wanted is False or (wanted is not True and attempt.route not in wanted):
             return request
         if not self._tracing():
