@@ -26,6 +26,7 @@ from ..errors import (
     StreamInterruptedError,
 )
 from ..models import ChatRequest, ChatResponse, StreamChunk, Usage
+from ..providers._chat_content import COMPLETION_FIELDS
 from ..providers.base import Provider
 from ..ratelimit import Grant, LearnArgs
 from ..retry.budget import MemoryRetryBudget
@@ -255,10 +256,16 @@ class Run:
     def emitted(self, chunk: StreamChunk) -> StreamChunk | None:
         """``chunk`` as it goes to the caller, or None to skip one that carries nothing (a
         retry's or the next route's role-only opening chunk: its headers, the provider's for
-        that attempt, go on that route's next chunk, so the caller learns who answers); one
-        that carries only metadata (a refusal's piece, logprobs) carries something."""
+        that attempt, go on that route's next chunk, so the caller learns who answers; its
+        answer's fields, ``created`` and the like, are the stream's once given); one that
+        carries other metadata (a refusal's piece, logprobs) carries something."""
+        metadata = chunk.metadata
         empty = not (
-            chunk.text or chunk.tool_calls or chunk.finish_reason or chunk.usage or chunk.metadata
+            chunk.text
+            or chunk.tool_calls
+            or chunk.finish_reason
+            or chunk.usage
+            or (metadata and (len(metadata) > 1 or COMPLETION_FIELDS not in metadata))
         )
         if empty and self._emitted:
             if chunk.headers:
