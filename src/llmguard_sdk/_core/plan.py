@@ -26,6 +26,7 @@ from collections.abc import Generator
 from typing import Any
 
 from ..budget._reserve import with_output_limit
+from ..budget._topup import needs_top_up
 from ..context import AttemptRecord
 from ..errors import (
     BudgetExceededError,
@@ -172,16 +173,17 @@ def _retry(
 
 def _hold_enough(run: Run, route: Provider, order: list[Provider]) -> Generator[Any, Any, bool]:
     """Before an attempt: the call's spend hold covers what its attempts that went out were
-    charged plus this attempt's worst case, topped up when not, so the guard's own retries
-    never spend past a hard cap (with ``clamp_max_tokens``, the attempt's ``max_tokens`` is
-    lowered to what the budgets allow instead). A budget without room for that acts by its
+    charged plus this attempt's worst case, topped up when not, so the guard's own retries,
+    and a request that replaced the one held for (a canary call's fallback), never spend past
+    a hard cap (with ``clamp_max_tokens``, the attempt's ``max_tokens`` is lowered to what
+    the budgets allow instead). A budget without room for that acts by its
     ``on_exhausted``, as at the call's reservation: it moves the call to its cheaper or local
     routes not reached yet (``order`` becomes them; True), else ends the call
     (:class:`~llmguard_sdk.errors.BudgetExceededError`). A stream that delivered text before
     it was interrupted ends with that interruption (its text), caused by the budget's
     error."""
     held, spend = run.held, run.stages.spend
-    if held is None or spend is None or not run.ctx.unserved:
+    if held is None or spend is None or not needs_top_up(held, run.ctx):
         return False
     left = [r for r in run.stages.routes if r.name not in run.tried]
     try:

@@ -51,8 +51,9 @@ _RESERVATION_IDS = UniqueIds(random_digits=8)  # 24 hex digits, as os.urandom(12
 @dataclass
 class Held:
     """One call's reservation: its id, counters, amount held (nano-dollars, top-ups
-    included), the stages (routes) the call may use, whether it was settled, and the ids of
-    its top-ups (:mod:`._topup`: released when it settles)."""
+    included), the stages (routes) the call may use, whether it was settled, the ids of
+    its top-ups (:mod:`._topup`: released when it settles), and the request its amount was
+    sized for (a request that replaced it, a canary's fallback's, is sized anew)."""
 
     rid: str
     specs: tuple[CounterSpec, ...]
@@ -62,6 +63,7 @@ class Held:
     done: bool = False
     notes: list[BudgetEvent] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    request: ChatRequest | None = None
 
 
 def reserve_steps(
@@ -110,7 +112,7 @@ def reserve_steps(
         if result.allowed:
             if result.tokens < want:
                 ctx.request = with_output_limit(ctx.request, result.tokens)
-            return Held(rid, specs, result.amount, chosen, level, notes=notes)
+            return Held(rid, specs, result.amount, chosen, level, notes=notes, request=ctx.request)
         if result.unavailable:
             unavailable(config, specs, result, notes)
         spec = specs[result.refused_index]

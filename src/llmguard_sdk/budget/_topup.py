@@ -4,8 +4,11 @@ A call holds its worst case once, before its first attempt (one prompt and its
 ``max_tokens`` of output; two of each when hedged). An attempt that went out and served
 nothing is billed all the same (a timeout after sending: its prompt; a stream cut off:
 what it delivered), so a call that retries after such attempts could settle past its hold,
-and past a hard cap. Before each attempt after one that was charged, the hold must cover
-what was charged so far plus that attempt's worst case on its route; when it does not, the
+and past a hard cap. A call whose request was replaced after its hold was sized (a canary
+call that falls back to the current release sends that release's request: its
+``max_tokens``, its system prompt) could too, charged or not. Before each attempt after one
+that was charged, or of a request other than the one held for, the hold must cover what was
+charged so far plus that attempt's worst case on its route; when it does not, the
 difference is reserved as a reservation of its own (same counters, all or nothing; with
 ``clamp_max_tokens``, as many of the attempt's output tokens as the budgets allow, down to
 ``min_output_tokens``, and the attempt's ``max_tokens`` is lowered to them). An attempt on
@@ -16,8 +19,9 @@ call's reservation did: ``"downgrade"`` moves the call on to the ``downgrade_to`
 not reached yet, ``"local_only"`` to its local routes not reached yet (each attempt there is
 topped up in turn, and a downgraded call refused again ends). Otherwise, or when no such route
 is left, the call ends with :class:`~llmguard_sdk.errors.BudgetExceededError` (what went out
-stays charged when the call settles). The call's settle turns its first reservation into the
-actual spend and releases the top-ups.
+stays charged when the call settles), saying, as the reservation's does, when the attempt's
+own worst case is over the whole limit (no reset makes room for it). The call's settle turns
+its first reservation into the actual spend and releases the top-ups.
 """
 
 from __future__ import annotations
@@ -36,18 +40,19 @@ from .policy import BudgetEvent, ReserveResult, nano
 if TYPE_CHECKING:
     from .control import SpendControl
 
-__all__ = ["top_up_steps"]
+__all__ = ["needs_top_up", "top_up_steps"]
 
 
 def _hold_args(
     spend: SpendControl, held: Held, ctx: CallContext, route: Provider, charged: int
-) -> tuple[HoldArgs, int] | None:
-    """The top-up an attempt on ``route`` needs (None: the hold covers it), and the output
-    tokens the hold covers already beyond what it asks for. The attempt's worst case is the
-    prompt it sends now (a continuation's included) and the call's ``max_tokens`` of output;
-    with ``clamp_max_tokens`` the top-up asks for output tokens, as a reservation does (the
-    hold's room beyond the charges and the prompt counts as tokens already held), else for
-    the whole difference at once."""
+) -> tuple[HoldArgs, int, int] | None:
+    """The top-up an attempt on ``route`` needs (None: the hold covers it), the output
+    tokens the hold covers already beyond what it asks for, and the attempt's own worst case
+    at the least (nano-dollars: more than a budget's whole limit never fits it). The
+    attempt's worst case is the prompt it sends now (a continuation's included) and the
+    call's ``max_tokens`` of output; with ``clamp_max_tokens`` the top-up asks for output
+    tokens, as a reservation does (the hold's room beyond the charges and the prompt counts
+    as tokens already held), else for the whole difference at once."""
     base, per = spend.route_price_args(ctx, (route,), input_tokens=ctx.sent_input_tokens())
     output = spend.held_output(ctx.request)
     attempt = base + math.ceil(output * per)
@@ -57,7 +62,7 @@ def _hold_args(
     config = spend.config
     if not config.clamp_max_tokens or per <= 0:
         base = charged + attempt - held.amount
-        return {"base": base, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": ttl}, 0
+        return {"base": base, "per_token": 0.0, "want": 0, "minimum": 0, "ttl": ttl}, 0, attempt
     slack = held.amount - charged - base  # room for output tokens in the hold already
     covered = min(output, math.floor(slack / per)) if slack > 0 else 0
     fewest = min(config.min_output_tokens, output)
@@ -68,7 +73,14 @@ def _hold_args(
         "minimum": max(0, fewest - covered),
         "ttl": ttl,
     }
-    return hold, covered
+    return hold, covered, base + math.ceil(fewest * per)
+
+
+def needs_top_up(held: Held, ctx: CallContext) -> bool:
+    """Whether the call's next attempt may need more than ``held``: attempts that went out
+    were charged, or the request it sends is not the one the hold was sized for (else the
+    first hold covers any one attempt)."""
+    return bool(ctx.unserved) or (held.request is not None and held.request is not ctx.request)
 
 
 def top_up_steps(
@@ -82,13 +94,13 @@ def top_up_steps(
     (see the module docs). Returns ``()`` when it does; when the budgets have no room, the
     routes of ``left`` (those the call has not reached) the refusing budget moves the call to,
     else raises :class:`BudgetExceededError` (or :class:`BudgetUnavailableError`)."""
-    if held.done or not held.specs or not ctx.unserved:
-        return ()  # nothing charged yet: the first hold covers any one attempt
+    if held.done or not held.specs or not needs_top_up(held, ctx):
+        return ()
     charged = nano(spend.unserved_cost(ctx, held.stages) or 0.0)
     asked = _hold_args(spend, held, ctx, route, charged)
     if asked is None:
         return ()
-    hold, covered = asked
+    hold, covered, least = asked
     rid = f"{held.rid}.{len(held.extra) + 1}"
     held.extra.append(rid)  # before it goes out: cut short, the settle releases it
     result: ReserveResult
@@ -109,7 +121,8 @@ def top_up_steps(
         spec = held.specs[result.refused_index]
         moved = moved_to(spend, spec, held.level, left)
         # no route to move to: refused whatever the budget's on_exhausted ("local" refuses)
-        level = refused(spend.config, spec, result, held.level if moved else "local", notes)
+        level = held.level if moved else "local"
+        level = refused(spend.config, spec, result, level, notes, least)
         held.level = level
         return moved
     finally:

@@ -230,8 +230,9 @@ class ReleaseControl:
                     ctx.arm, observation(ctx.elapsed(), None, failed=False, rejected=False), None
                 )
             return
-        # every route of the arm failed: an answer stood in, or the current release's served
-        stood_in = _stood_in(ctx, response) or _fell_back(ctx, response)
+        # every route of the arm failed: an answer stood in, or the call went on to the
+        # current release's routes (served there, or refused there: by a budget, say)
+        stood_in = _stood_in(ctx, response) or _fell_back(ctx, response, self.plan.release.id)
         if response is not None and response.metadata.get("cache") and not stood_in:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
@@ -498,8 +499,8 @@ def _refused_by_guard(ctx: CallContext, error: BaseException | None, stood_in: b
     """Whether the Guard itself refused the call (its own rate limiter, a per-tenant limit
     say, or a spend budget) on every route it tried: no sign of the arm's health. A
     provider's 429 (:class:`~llmguard_sdk.errors.RateLimitedError`) is the route failing."""
-    if isinstance(error, _OWN_REFUSALS):
-        return True
+    if isinstance(error, _OWN_REFUSALS) and not stood_in:
+        return True  # (after the arm's routes failed: theirs is the sign, below)
     if not isinstance(error, AllRoutesFailedError) and not stood_in:
         return False  # served (after any route the limiter skipped), or failed on its own
     fallback = {route.name for route in ctx.fallback_routes}  # (the arm's routes' errors)
@@ -507,9 +508,12 @@ def _refused_by_guard(ctx: CallContext, error: BaseException | None, stood_in: b
     return bool(errors) and all(isinstance(e, _OWN_REFUSALS) for e in errors)
 
 
-def _fell_back(ctx: CallContext, response: ChatResponse | None) -> bool:
-    """Whether ``response`` came from a fallback route: the arm's own routes all failed
-    (a canary call served by the current release's)."""
+def _fell_back(ctx: CallContext, response: ChatResponse | None, current: str) -> bool:
+    """Whether the call went on to its fallback routes, the arm's own routes all failed: a
+    canary call served by the current release's routes (``response`` came from one), or
+    made the current release's (``current``: its id) and ended there without an answer."""
+    if ctx.arm == "canary" and ctx.fallback_routes and ctx.release == current:
+        return True  # (see ReleaseControl.fall_back)
     served = ctx.route if response is not None else None
     return served is not None and any(r.name == served for r in ctx.fallback_routes)
 
