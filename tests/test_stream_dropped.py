@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 
-from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk import CallEvent, Guard, OpenAICompatibleProvider
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.store import RedisStore
@@ -38,7 +39,15 @@ def no_collection() -> Iterator[None]:
 
 
 @pytest.fixture
-def guard(request: pytest.FixtureRequest, fake: FakeProvider, store: str) -> Iterator[Guard]:
+def events() -> list[CallEvent]:
+    """The CallEvents the ``guard`` fixture's hook receives."""
+    return []
+
+
+@pytest.fixture
+def guard(
+    request: pytest.FixtureRequest, fake: FakeProvider, store: str, events: list[CallEvent]
+) -> Iterator[Guard]:
     built_store = None
     if store == "redis":
         url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
@@ -50,6 +59,7 @@ def guard(request: pytest.FixtureRequest, fake: FakeProvider, store: str) -> Ite
         store=built_store,
         budgets=Budgets([Budget(limit_usd=100.0)], prices=PRICES),
         rate_limits={"primary": RateLimit(concurrency=4)},
+        hooks=[events.append],
     )
     yield built
     built.close()
@@ -152,3 +162,37 @@ def test_a_sync_stream_dropped_gives_back_its_holds_at_once(
 
     break_out()
     assert held(guard) == (0, 0.0)
+
+
+@pytest.mark.parametrize(("store", "backend"), ASYNC_RUNS)
+def test_a_stream_abandoned_as_its_event_loop_ends_is_closed_cleanly(
+    guard: Guard,
+    fake: FakeProvider,
+    events: list[CallEvent],
+    caplog: pytest.LogCaptureFixture,
+    backend: str,
+) -> None:
+    """A stream read part-way and still unclosed when the event loop's main task returns:
+    under asyncio its generator is closed in a task that the loop's shutdown cancels before
+    it starts; on CPython before 3.13 the generator then had a second GeneratorExit thrown in
+    at its first await, which unwound the provider's cancel scopes half-way and logged
+    "Attempted to exit a cancel scope that isn't the current tasks's current cancel scope"
+    during ``asyncio.run()`` shutdown, and the call was never reported."""
+    if backend == "trio":
+        pytest.importorskip("trio")
+    fake.always(SLOW_STREAM)
+
+    async def abandon() -> None:
+        stream = await guard.achat(USER, max_tokens=10, stream=True)
+        await stream.__anext__()  # ... and the stream is dropped as the run ends
+
+    with caplog.at_level(logging.WARNING):
+        if backend == "asyncio":
+            asyncio.run(abandon())
+        else:
+            anyio.run(abandon, backend=backend)
+    assert [record.getMessage() for record in caplog.records] == []
+    assert held(guard) == (0, 0.0)
+    assert [(event.kind, event.outcome) for event in events] == [("stream", "cancelled")]
+    fake.always(None)
+    assert guard.chat(USER, max_tokens=10).route == "primary"  # the route works on

@@ -15,15 +15,21 @@ first iterated inside it is neither registered with the loop nor finalized by it
 finalizer does nothing, so the collector leaves it to the owner that holds it: when the owner
 is closed, it closes it). The hooks are per thread and restored before each suspension, so
 other tasks of the loop never run under them.
+
+:func:`close_thrown_again` is for the one generator the loop does finalize (the stream's): see
+its docs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Generator
 from typing import Any, TypeVar
 
-__all__ = ["owned_by_caller"]
+import anyio.lowlevel
+
+__all__ = ["close_thrown_again", "owned_by_caller"]
 
 T = TypeVar("T")
 
@@ -66,3 +72,21 @@ class _Stepped(Awaitable[T]):
                 raise
             except BaseException as exc:  # a cancellation thrown in: passed on to the step
                 thrown = exc
+
+
+async def close_thrown_again() -> None:
+    """Take the second ``GeneratorExit`` that CPython before 3.13 throws into an async
+    generator whose ``aclose()`` was cancelled before it began; call it first thing when an
+    exception other than ``GeneratorExit`` reaches the generator where it waits for its
+    reader (nothing but such a close puts one there).
+
+    The loop closes a dropped generator in a task of its own, and ``asyncio.run()``'s shutdown
+    cancels the tasks it finds, that one too when it has not run yet: the cancellation is then
+    thrown in where the generator waits, and (the ``aclose()`` awaitable left in its initial
+    state) a ``GeneratorExit`` again at the generator's first suspension. Met deep in its
+    cleanup, that one unwound the generators it closes half-way, their cancel scopes left
+    entered ("Attempted to exit a cancel scope that isn't the current tasks's current cancel
+    scope"). Suspended here first, the generator takes it here, and its cleanup then runs
+    whole. (On CPython 3.13 and later this is one checkpoint, nothing thrown.)"""
+    with contextlib.suppress(GeneratorExit):
+        await anyio.lowlevel.checkpoint()

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 import anyio
 
 from .._closing import AsyncCloses, Closes
-from .._nested_generators import owned_by_caller
+from .._nested_generators import close_thrown_again, owned_by_caller
 from ..context import CallContext
 from ..models import ChatResponse, StreamChunk
 from . import opening, stages
@@ -305,6 +305,11 @@ class _AsyncStreamState(_StreamBase):
             await self._opening.aremember_later(ctx, stages, self.response)  # (as served)
         except GeneratorExit:  # closed, or dropped and collected: reported as cancelled
             self._dropped = True
+            raise
+        except BaseException:
+            if not self._reading:  # thrown in between two chunks: the loop's close of a
+                self._dropped = True  # dropped stream, cancelled before it began
+                await close_thrown_again()
             raise
         finally:
             with anyio.CancelScope(shield=True):
