@@ -489,6 +489,11 @@ class _TaskLegs:
             self.arrived.set()
 
     async def wait(self, timeout: float) -> ops.LegEvent | None:
+        """The next leg's event, waited for up to ``timeout`` seconds. A wait of none does
+        not await: no checkpoint where a cancellation could land between a race's win and
+        its end (which hands the winner on; the race's plan takes what arrived meanwhile)."""
+        if timeout <= 0:
+            return self.events.popleft() if self.events else None
         if not self.events:
             self.arrived = anyio.Event()
             with anyio.move_on_after(timeout):
