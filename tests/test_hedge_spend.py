@@ -343,3 +343,52 @@ def test_a_streamed_hedge_loser_is_charged_the_hidden_reasoning_the_winner_did(
     loser_usd = (PROMPT * 100 + min(6, max_tokens) * 200) / 1e6
     assert response.cost_usd == pytest.approx(backup_usd + loser_usd)
     assert _spent(guard) == pytest.approx(response.cost_usd)
+
+
+def _deep_thinker(body: dict[str, Any], counted: dict[str, Any]) -> dict[str, Any]:
+    """A reasoning model's usage: 300 hidden reasoning tokens before its answer's."""
+    output = counted["completion_tokens"] + 300
+    return {
+        **counted,
+        "completion_tokens": output,
+        "completion_tokens_details": {"reasoning_tokens": 300},
+    }
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_streamed_hedge_loser_is_not_charged_the_next_routes_reasoning(
+    fake: FakeProvider, fake2: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    """The race's winning stream breaks after its first content; a third route, a reasoning
+    model, continues it. The race's silent loser is charged its prompt alone: the winner
+    never reported its reasoning, and the third route's 300 reasoning tokens are its own
+    (the loser was charged them as the third route's stream ended)."""
+    with FakeProvider(model="backup-model", name="third", usage=_deep_thinker) as third:
+        guard = make_guard(
+            fake,
+            fake2,
+            third,
+            budgets=BUDGETS,
+            hedge_after=0.05,
+            timeout=10,
+            retry=None,
+            continue_interrupted_streams=True,
+        )
+        fake.always(Fault(first_token_delay=1.0))
+        fake2.script(Fault(cut_stream_after=2))
+        if mode == "sync":
+            with guard.chat(USER, stream=True, max_tokens=400) as stream:
+                list(stream)
+            response = stream.response
+        else:
+            response = _achat(guard, lambda: None, stream=True, max_tokens=400)
+    assert response.route == "third"
+    usage = response.usage
+    assert usage is not None
+    assert usage.reasoning_tokens == 300
+    third_usd = (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
+    # the backup's prompt and the text it streamed ("Echo: hello") before it broke
+    backup_usd = (PROMPT * 10 + count_text_tokens("Echo: hello").tokens * 20) / 1e6
+    loser_usd = PROMPT * 100 / 1e6  # the primary's prompt, nothing more
+    assert response.cost_usd == pytest.approx(third_usd + backup_usd + loser_usd)
+    assert _spent(guard) == pytest.approx(response.cost_usd)

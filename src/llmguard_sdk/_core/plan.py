@@ -293,30 +293,8 @@ def _stream(
             )
             if (emitted := run.emitted(chunk)) is not None:
                 yield Emit(emitted)
-    except ProviderError as failure:
-        ctx.route = None
-        record.end(failure)
-        routes.note_attempt_timeout(ctx, route, failure)
-        used = assembler.used(
-            _counting(run, route, assembler), _sent(run, route, reservation), failure
-        )
-        if used is not None and assembler.delivered:  # billed, whoever continues the call
-            ctx.unserved.append((route.name, used))
-        else:  # nothing came: billed its prompt if it timed out once sent (and counted)
-            used = limits.timed_out(ctx, route, reservation, failure, used)
-        run.settle(reservation, used=used, error=failure)
-        run.record(route, failure, assembler.seconds())
-        raise
-    except BaseException:  # closed early or cancelled: no outcome; settle to what came
-        if not assembler.delivered:  # no route served the call (as for a plain call)
-            ctx.route = None
-        run.release(route)  # (billed: its prompt was sent, and what it delivered)
-        used = assembler.used(
-            _counting(run, route, assembler), _sent(run, route, reservation), None
-        )
-        if used is not None:
-            ctx.unserved.append((route.name, used))
-        run.settle(reservation, used=used, headers=assembler.headers)
+    except BaseException as stopped:  # broke, or closed early or cancelled
+        _stopped(run, route, reservation, (record, assembler), stopped)
         raise
     record.end()
     run.record(
@@ -327,6 +305,40 @@ def _stream(
     hedging.charge_silent_losers(run, used, assembler.reasoned)  # (a race's winner)
     response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
     return _continued(run, response) if run.interrupted is not None else response
+
+
+def _stopped(
+    run: Run,
+    route: Provider,
+    reservation: Reservation | None,
+    attempt: tuple[AttemptRecord, Assembler],
+    stopped: BaseException,
+) -> None:
+    """A streamed attempt that did not end: it broke (a :class:`ProviderError`, an outcome
+    for its breaker) or was closed early or cancelled (no outcome); settled to what came. A
+    race's winner never reports its reasoning then: its silent losers keep their prompts."""
+    ctx, (record, assembler) = run.ctx, attempt
+    run.silent_losers = []  # (see race.charge_silent_losers)
+    counting, sent = _counting(run, route, assembler), _sent(run, route, reservation)
+    if not isinstance(stopped, ProviderError):  # closed or cancelled
+        if not assembler.delivered:  # no route served the call (as for a plain call)
+            ctx.route = None
+        run.release(route)  # (billed: its prompt was sent, and what it delivered)
+        used = assembler.used(counting, sent, None)
+        if used is not None:
+            ctx.unserved.append((route.name, used))
+        run.settle(reservation, used=used, headers=assembler.headers)
+        return
+    failure, ctx.route = stopped, None
+    record.end(failure)
+    routes.note_attempt_timeout(ctx, route, failure)
+    used = assembler.used(counting, sent, failure)
+    if used is not None and assembler.delivered:  # billed, whoever continues the call
+        ctx.unserved.append((route.name, used))
+    else:  # nothing came: billed its prompt if it timed out once sent (and counted)
+        used = limits.timed_out(ctx, route, reservation, failure, used)
+    run.settle(reservation, used=used, error=failure)
+    run.record(route, failure, assembler.seconds())
 
 
 def _continued(run: Run, response: ChatResponse) -> ChatResponse:

@@ -298,7 +298,8 @@ def charge_silent_losers(run: Run, used: Usage | None, shown: bool) -> None:
     content (its ``reasoning_tokens``, unless it ``shown`` its reasoning as it went: then
     they came after it), up to the output each was allowed, beside their prompts. They had
     been reasoning too, on the same request (as a plain call's loser is charged the
-    winner's output), and the provider bills it."""
+    winner's output), and the provider bills it. A winner whose stream breaks or is closed
+    never says: they are forgotten then (``plan._stream``), charged their prompts alone."""
     losers, run.silent_losers = run.silent_losers, []
     hidden = 0 if shown or used is None else used.reasoning_tokens
     unserved = run.ctx.unserved
