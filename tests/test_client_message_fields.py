@@ -82,6 +82,11 @@ def _events(ids: bool) -> list[dict[str, Any]]:
     return out
 
 
+_FILTERS = [{"prompt_index": 0, "content_filter_results": {"hate": {"filtered": False}}}]
+# Azure OpenAI's first stream event: no choices, placeholders for the answer's fields
+_AZURE_FIRST = {"choices": [], "created": 0, "id": "", "model": "", "object": ""}
+
+
 class _Route(BaseHTTPRequestHandler):
     """A chat-completions route answering ``_PLAIN``, or ``_events`` as a stream (without
     ids where ``server.ids`` is false)."""
@@ -103,6 +108,8 @@ class _Route(BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         sent = _events(self.server.ids)
+        if getattr(self.server, "azure", False):
+            sent.insert(0, {**_AZURE_FIRST, "prompt_filter_results": _FILTERS})
         events = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in sent)
         events += b"data: [DONE]\n\n"
         self.send_response(200)
@@ -216,3 +223,27 @@ def test_a_route_that_answers_after_a_broken_one_gives_its_own_answer_fields(
             assert "".join(c.text for c in chat) == "Answer."
     assert chat.response.route == "next"
     assert chat.response.metadata["completion_fields"] == _HEAD
+
+
+def test_an_azure_stream_gives_the_routes_created_and_id_after_its_placeholders(
+    guard: Guard, route: ThreadingHTTPServer
+) -> None:
+    """Azure's first stream event carries ``prompt_filter_results`` with ``created`` 0 and
+    ``id`` "": the answer's are the first real ones, the later events'. Every chunk said
+    ``created`` 0 (the first event's) and had an id of the Guard's."""
+    route.azure = True  # type: ignore[attr-defined]
+    with guard.chat(USER, stream=True) as stream:
+        assert "".join(chunk.text for chunk in stream) == "Answer."
+    response = stream.response
+    assert response.id == "chatcmpl-R1"
+    fields = response.metadata["completion_fields"]
+    assert fields == {**_HEAD, "prompt_filter_results": _FILTERS}
+    for client in _clients(guard):
+        chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+        assert _dump(chunks[0])["prompt_filter_results"] == _FILTERS
+        routes = [c for c in chunks if any(_dump(x)["delta"].get("content") for x in c.choices)]
+        routes += [c for c in chunks if any(x.finish_reason for x in c.choices)]
+        assert routes
+        for chunk in routes:  # the route's own events: its id and clock
+            assert (chunk.id, chunk.created) == ("chatcmpl-R1", _HEAD["created"])
+        assert all(chunk.created for chunk in chunks)  # never the placeholder's 0

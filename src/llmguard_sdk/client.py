@@ -40,7 +40,7 @@ from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
 from .providers._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
 from .providers._chat_usage import chat_usage
-from .providers.wire import chat_chunk_carries, chat_chunk_skipped
+from .providers.wire import StreamHead, chat_chunk_carries, chat_chunk_skipped
 
 if TYPE_CHECKING:
     from ._core.streams import AsyncChatStream, ChatStream
@@ -438,7 +438,8 @@ class _Chunks(Generic[_GuardStream]):
         self._created = int(time.time())
         self._usage = usage
         self._held: ChatCompletionChunk | None = None  # a usage chunk due next
-        self._head: dict[str, Any] = {}  # the stream's id, created, system_fingerprint ...
+        self._head: dict[str, Any] = {}  # the stream's system_fingerprint ...
+        self._ids = StreamHead(_new_id)  # its id and created: the route's first real ones
 
     def _skips(self, chunk: StreamChunk) -> bool:
         return chat_chunk_skipped(chunk, usage=self._usage)
@@ -448,9 +449,8 @@ class _Chunks(Generic[_GuardStream]):
         chunk) is its choice now and its usage next, on a chunk without choices, as openai
         sends usage."""
         fields = kept_fields(chunk.metadata, COMPLETION_FIELDS)
-        if not self._head:  # one id for the stream, the route's else one of its own
-            self._head = {"id": chunk.id or _new_id(), "created": created_of(fields, self._created)}
-        self._head.update({k: v for k, v in fields.items() if k != "created"})
+        self._head.update(fields)
+        self._head["id"], self._head["created"] = self._ids.of(chunk.id, fields)
         out = to_chunk(chunk, self._created, usage=self._usage, head=self._head)
         if out.usage is not None and out.choices:
             self._held = out.model_copy(update={"choices": []})

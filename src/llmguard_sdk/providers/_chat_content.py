@@ -6,13 +6,16 @@ OpenAI-compatible server sent. Pure functions, shared by the plain answer and th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
     "COMPLETION_FIELDS",
     "MESSAGE_FIELDS",
     "READ_ANSWER",
+    "StreamHead",
+    "answer_fields",
     "choice_metadata",
     "content_text",
     "created_of",
@@ -37,6 +40,16 @@ def other_fields(sent: Mapping[str, Any], read: frozenset[str]) -> dict[str, Any
     """The fields of ``sent`` the Guard does not read itself (not in ``read``), as sent,
     those that are ``null`` left out."""
     return {k: v for k, v in sent.items() if k not in read and v is not None}
+
+
+def answer_fields(sent: Mapping[str, Any]) -> dict[str, Any]:
+    """An answer's (a chunk's) top-level fields the Guard does not read itself
+    (:func:`other_fields`), less a placeholder ``created`` (Azure's first stream event, which
+    carries ``prompt_filter_results``, says ``created`` 0: the real one comes later)."""
+    fields = other_fields(sent, READ_ANSWER)
+    if "created" in fields and not created_of(fields, 0):
+        del fields["created"]
+    return fields
 
 
 def reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,6 +127,31 @@ def kept_fields(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def created_of(fields: Mapping[str, Any], default: int) -> int:
-    """The answer's ``created`` as the provider gave it in ``fields``, else ``default``."""
+    """The answer's ``created`` as the provider gave it in ``fields``, else ``default`` (a
+    placeholder's, 0, too: see :func:`answer_fields`)."""
     created = fields.get("created")
-    return created if isinstance(created, int) and not isinstance(created, bool) else default
+    if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+        return created
+    return default
+
+
+class StreamHead:
+    """The ``id`` and ``created`` a drop-in client gives each chunk of a stream: the route's
+    first real ones (Azure's first event says ``id`` "" and ``created`` 0: the chunks up to
+    the first real one have the Guard's own id, ``new_id()``'s, and clock)."""
+
+    def __init__(self, new_id: Callable[[], str]) -> None:
+        self._new_id = new_id
+        self._id: str | None = None
+        self._own: str | None = None
+        self._created: int | None = None
+        self._clock = int(time.time())
+
+    def of(self, chunk_id: str | None, fields: Mapping[str, Any]) -> tuple[str, int]:
+        """A chunk's ``id`` and ``created``, ``chunk_id`` and ``fields`` (its
+        :data:`COMPLETION_FIELDS`) as the route sent them."""
+        self._id = self._id or chunk_id or None
+        self._created = self._created or created_of(fields, 0) or None
+        if self._id is None and self._own is None:
+            self._own = self._new_id()
+        return self._id or self._own or "", self._created or self._clock

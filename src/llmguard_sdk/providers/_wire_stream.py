@@ -25,10 +25,9 @@ from ..errors import (
 from ..models import StreamChunk
 from ._chat_content import (
     COMPLETION_FIELDS,
-    READ_ANSWER,
+    answer_fields,
     choice_metadata,
     content_text,
-    other_fields,
     tool_calls_of,
 )
 from ._error_kinds import error_answer, judged_error
@@ -162,7 +161,7 @@ class StreamState:
             finish = str_or_none(choice.get("finish_reason"))
             tool_calls = tool_calls_of(delta.get("tool_calls"), self._malformed)
             metadata = choice_metadata(choice, delta)
-        sent = other_fields(event, READ_ANSWER).items()  # once each: the stream joins text
+        sent = answer_fields(event).items()  # once each: the stream joins text
         fields = {k: v for k, v in sent if k not in self._fields_given}
         if fields:
             self._fields_given.update(fields)
@@ -175,7 +174,7 @@ class StreamState:
                 tool_calls=tool_calls,
                 model=str_or_none(event.get("model")) or "",
                 route=self.route,
-                id=str_or_none(event.get("id")),
+                id=str_or_none(event.get("id")) or None,  # (Azure's first: "")
                 headers=self._first_headers(),
                 metadata=metadata,
             )

@@ -22,10 +22,10 @@ from ._anthropic_only import CACHE_CONTROL, SERVER_TOOLS
 from ._chat_content import (
     COMPLETION_FIELDS,
     MESSAGE_FIELDS,
-    READ_ANSWER,
+    StreamHead,
+    answer_fields,
     choice_metadata,
     content_text,
-    other_fields,
     tool_calls_of,
 )
 from ._error_kinds import error_answer
@@ -55,6 +55,7 @@ __all__ = [
     "SERVER_TOOLS",
     "AnswerShape",
     "CHAT_COMPLETIONS",
+    "StreamHead",
     "StreamState",
     "answer_response",
     "build_payload",
@@ -98,7 +99,7 @@ def parse_completion(
     if content is None and not tool_calls and refusal is None:
         raise problem("message has neither content nor tool_calls")
     metadata = choice_metadata(choices[0], message)  # its refusal, logprobs, reasoning
-    fields = other_fields(data, READ_ANSWER)  # created, system_fingerprint, service_tier ...
+    fields = answer_fields(data)  # created, system_fingerprint, service_tier ...
     if fields:
         metadata[COMPLETION_FIELDS] = fields
     return answer_response(

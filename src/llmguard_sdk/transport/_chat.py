@@ -11,7 +11,13 @@ from ..client import _call_arguments, _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
-from ..providers._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
+from ..providers._chat_content import (
+    COMPLETION_FIELDS,
+    MESSAGE_FIELDS,
+    StreamHead,
+    created_of,
+    kept_fields,
+)
 from ..providers._chat_usage import chat_usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY, chat_chunk_carries, chat_chunk_skipped
 from . import _wire
@@ -106,8 +112,7 @@ class ChunkWriter:
     def __init__(self, model: str, *, usage: bool = True) -> None:
         self._model = model
         self._usage = usage
-        self._created = int(time.time())
-        self._id: str | None = None
+        self._head = StreamHead(lambda: _wire.new_id("chatcmpl"))  # its id and created
         self._first = True
         self._places: dict[int, int] = {}  # a call's index as the route gave it -> its place
         self._fields: dict[str, Any] = {}  # the provider's system_fingerprint ..., on each
@@ -115,14 +120,13 @@ class ChunkWriter:
     def event(self, chunk: StreamChunk) -> bytes:
         """One chunk as an SSE event, with the provider's fields the Guard does not read
         (``created``, ``system_fingerprint`` ...) as it sent them."""
-        self._fields.update(kept_fields(chunk.metadata, COMPLETION_FIELDS))
-        if self._id is None:
-            self._id = chunk.id or _wire.new_id("chatcmpl")
-            self._created = created_of(self._fields, self._created)
+        fields = kept_fields(chunk.metadata, COMPLETION_FIELDS)
+        self._fields.update(fields)
+        given, created = self._head.of(chunk.id, fields)  # (the route's first real ones)
         data: dict[str, Any] = {
-            "id": self._id,
+            "id": given,
             "object": "chat.completion.chunk",
-            "created": self._created,
+            "created": created,
             "model": chunk.model or self._model,
             "choices": [],
         }
