@@ -100,7 +100,11 @@ class _Route(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         if not body.get("stream"):
-            data = json.dumps(_PLAIN).encode()
+            plain = json.loads(json.dumps(_PLAIN))
+            if getattr(self.server, "both", False):
+                message = plain["choices"][0]["message"]
+                message["reasoning"] = message["reasoning_content"]
+            data = json.dumps(plain).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
@@ -108,6 +112,10 @@ class _Route(BaseHTTPRequestHandler):
             self.wfile.write(data)
             return
         sent = _events(self.server.ids)
+        if getattr(self.server, "both", False):  # vLLM's: the reasoning under two names
+            for delta in (e["choices"][0]["delta"] for e in sent):
+                if "reasoning_content" in delta:
+                    delta["reasoning"] = delta["reasoning_content"]
         if getattr(self.server, "azure", False):
             sent.insert(0, {**_AZURE_FIRST, "prompt_filter_results": _FILTERS})
         events = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in sent)
@@ -148,11 +156,9 @@ def _dump(model: Any) -> dict[str, Any]:
 
 def test_the_guard_keeps_the_messages_and_answers_other_fields(guard: Guard) -> None:
     metadata = guard.chat(USER).metadata
-    assert metadata["message_fields"] == {
-        "reasoning_content": "Let me think.",
-        "annotations": [_CITATION],
-        "audio": _AUDIO,
-    }
+    assert metadata["message_fields"] == {"annotations": [_CITATION], "audio": _AUDIO}
+    assert metadata["reasoning"] == "Let me think."  # kept once, and the name it came under
+    assert metadata["reasoning_fields"] == {"reasoning_content": True}
     assert metadata["completion_fields"] == _HEAD
     usage = guard.chat(USER).usage
     assert usage is not None
@@ -247,3 +253,29 @@ def test_an_azure_stream_gives_the_routes_created_and_id_after_its_placeholders(
         for chunk in routes:  # the route's own events: its id and clock
             assert (chunk.id, chunk.created) == ("chatcmpl-R1", _HEAD["created"])
         assert all(chunk.created for chunk in chunks)  # never the placeholder's 0
+
+
+def test_reasoning_sent_under_two_names_is_kept_once_and_given_back_under_both(
+    guard: Guard, route: ThreadingHTTPServer
+) -> None:
+    """A vLLM-style route sends its reasoning as both ``reasoning_content`` and
+    ``reasoning``: the Guard keeps its text once, as ``metadata["reasoning"]``, and the names
+    it came under; the drop-in clients give it back under both. It was kept three times (twice
+    more under ``message_fields``: 92,000 characters of reasoning took 276,000 in the answer
+    and in its cache entry)."""
+    route.both = True  # type: ignore[attr-defined]
+    with guard.chat(USER, stream=True) as stream:
+        list(stream)
+    for metadata in (stream.response.metadata, guard.chat(USER).metadata):
+        assert metadata["reasoning"] == "Let me think."
+        assert metadata["reasoning_fields"] == {"reasoning_content": True, "reasoning": True}
+        others = {k: v for k, v in metadata.items() if k != "reasoning"}
+        assert "think" not in json.dumps(others)
+    for client in _clients(guard):
+        chunks = list(client.chat.completions.create(model="m", messages=USER, stream=True))
+        deltas = [_dump(c.choices[0].delta) for c in chunks if c.choices]
+        for name in ("reasoning_content", "reasoning"):
+            assert "".join(d.get(name) or "" for d in deltas) == "Let me think."
+        answer = client.chat.completions.create(model="m", messages=USER)
+        message = _dump(answer.choices[0].message)
+        assert message["reasoning_content"] == message["reasoning"] == "Let me think."

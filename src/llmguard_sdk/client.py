@@ -38,7 +38,7 @@ from ._core.stages import resolve_scope
 from ._ids import UniqueIds
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
-from .providers._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
+from .providers._chat_content import COMPLETION_FIELDS, created_of, kept_fields, message_fields
 from .providers._chat_usage import chat_usage
 from .providers.wire import StreamHead, chat_chunk_carries, chat_chunk_skipped
 
@@ -153,7 +153,7 @@ def _sent(metadata: Mapping[str, Any], key: str, model: type[BaseModel]) -> dict
 def _pieces(metadata: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     """A message's (a delta's) fields besides content and tool calls: OpenAI's refusal, and
     the route's other fields (``audio``, ``annotations``, ``reasoning_content`` ...) as sent."""
-    pieces = _sent(metadata, MESSAGE_FIELDS, model)
+    pieces = {k: v for k, v in message_fields(metadata).items() if k not in model.model_fields}
     refusal = metadata.get("refusal")
     if isinstance(refusal, str) and refusal:
         pieces["refusal"] = refusal

@@ -14,12 +14,14 @@ __all__ = [
     "COMPLETION_FIELDS",
     "MESSAGE_FIELDS",
     "READ_ANSWER",
+    "REASONING_FIELDS",
     "StreamHead",
     "answer_fields",
     "choice_metadata",
     "content_text",
     "created_of",
     "kept_fields",
+    "message_fields",
     "other_fields",
     "reasoning",
     "tool_calls_of",
@@ -28,10 +30,16 @@ __all__ = [
 MESSAGE_FIELDS = "message_fields"
 """The metadata key of a message's (a delta's) other fields, as the provider sent them."""
 
+REASONING_FIELDS = "reasoning_fields"
+"""The metadata key of the names a message (a delta) gave the reasoning kept as
+``metadata["reasoning"]`` (``reasoning_content``, ``reasoning``), each mapped to ``True``:
+its text is kept once, not again under :data:`MESSAGE_FIELDS`."""
+
 COMPLETION_FIELDS = "completion_fields"
 """The metadata key of an answer's (a chunk's) other top-level fields, as sent."""
 
 _READ_MESSAGE = frozenset({"role", "content", "tool_calls", "refusal"})
+_REASONING_NAMES = ("reasoning_content", "reasoning")  # (see reasoning)
 READ_ANSWER = frozenset({"id", "object", "model", "choices", "usage", "error"})
 """An answer's (a chunk's) top-level fields the Guard reads itself."""
 
@@ -57,7 +65,7 @@ def reasoning(message: Mapping[str, Any]) -> dict[str, Any]:
     beside the content (``reasoning_content``: DeepSeek, vLLM, llama.cpp; ``reasoning``:
     OpenRouter, Ollama) or in it (Mistral's ``thinking`` chunks, see :func:`content_text`),
     as ``{"reasoning": text}``: never the content's text."""
-    keys = [message[k] for k in ("reasoning_content", "reasoning") if _is_text(message.get(k))]
+    keys = [message[k] for k in _REASONING_NAMES if _is_text(message.get(k))]
     pieces = keys[:1]  # (a server that sends both sends the same text twice)
     content = message.get("content")
     for part in content if isinstance(content, list) else ():
@@ -94,10 +102,17 @@ def choice_metadata(choice: Mapping[str, Any], message: Mapping[str, Any]) -> di
     in its place), the logprobs (asked for with ``logprobs=True``), each as the provider
     sent it, and the model's reasoning (see :func:`reasoning`); a stream's assembly joins
     its chunks' pieces (see :class:`~llmguard_sdk.models.StreamChunk`). The message's
-    other fields (``audio``, ``annotations``, ``reasoning_content`` ...), as sent, in
-    ``message_fields``, so an answer in OpenAI's shape gives them back."""
+    other fields (``audio``, ``annotations`` ...), as sent, in ``message_fields``, so an
+    answer in OpenAI's shape gives them back (:func:`message_fields`); a field whose text is
+    the reasoning kept (``reasoning_content`` ...) only by its name, in
+    :data:`REASONING_FIELDS` (it was kept three times over where a server sent both)."""
     metadata: dict[str, Any] = reasoning(message)
     fields = other_fields(message, _READ_MESSAGE)
+    said = metadata.get("reasoning")
+    names = {k: True for k in _REASONING_NAMES if said and fields.get(k) == said}
+    if names:
+        metadata[REASONING_FIELDS] = names
+        fields = {k: v for k, v in fields.items() if k not in names}
     if fields:
         metadata[MESSAGE_FIELDS] = fields
     refusal = message.get("refusal")
@@ -124,6 +139,18 @@ def kept_fields(metadata: Mapping[str, Any], key: str) -> dict[str, Any]:
     (:data:`MESSAGE_FIELDS`, :data:`COMPLETION_FIELDS`); none where there are none."""
     fields = metadata.get(key)
     return {str(k): v for k, v in fields.items()} if isinstance(fields, Mapping) else {}
+
+
+def message_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A message's (a delta's) other fields as the route sent them: those kept under
+    :data:`MESSAGE_FIELDS`, and its reasoning under each name it gave it
+    (:data:`REASONING_FIELDS`)."""
+    fields = kept_fields(metadata, MESSAGE_FIELDS)
+    said = metadata.get("reasoning")
+    if isinstance(said, str) and said:
+        for name in kept_fields(metadata, REASONING_FIELDS):  # (over a first delta's "")
+            fields[name] = said
+    return fields
 
 
 def created_of(fields: Mapping[str, Any], default: int) -> int:

@@ -22,6 +22,7 @@ from ._anthropic_only import CACHE_CONTROL, SERVER_TOOLS
 from ._chat_content import (
     COMPLETION_FIELDS,
     MESSAGE_FIELDS,
+    REASONING_FIELDS,
     StreamHead,
     answer_fields,
     choice_metadata,
@@ -168,6 +169,7 @@ def chat_chunk_carries(chunk: StreamChunk) -> bool:
         or "refusal" in chunk.metadata
         or "logprobs" in chunk.metadata
         or MESSAGE_FIELDS in chunk.metadata
+        or REASONING_FIELDS in chunk.metadata
     )
 
 

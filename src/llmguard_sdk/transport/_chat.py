@@ -13,10 +13,10 @@ from ..models import ChatResponse, StreamChunk, openai_finish_reason
 from ..providers._anthropic_only import CLAUDE_HEADERS, HEADERS
 from ..providers._chat_content import (
     COMPLETION_FIELDS,
-    MESSAGE_FIELDS,
     StreamHead,
     created_of,
     kept_fields,
+    message_fields,
 )
 from ..providers._chat_usage import chat_usage
 from ..providers.wire import ANTHROPIC_ONLY_KEY, chat_chunk_carries, chat_chunk_skipped
@@ -71,7 +71,7 @@ class ChatWire:
             message["refusal"] = refusal
         if response.tool_calls:
             message["tool_calls"] = response.tool_calls
-        for key, value in kept_fields(response.metadata, MESSAGE_FIELDS).items():
+        for key, value in message_fields(response.metadata).items():
             message.setdefault(key, value)
         finish = openai_finish_reason(response.finish_reason)  # Claude's pause_turn: "length"
         fields = kept_fields(response.metadata, COMPLETION_FIELDS)
@@ -157,7 +157,7 @@ class ChunkWriter:
         refusal = chunk.metadata.get("refusal")  # this chunk's piece of OpenAI's refusal
         if isinstance(refusal, str) and refusal:
             delta["refusal"] = refusal
-        for key, value in kept_fields(chunk.metadata, MESSAGE_FIELDS).items():
+        for key, value in message_fields(chunk.metadata).items():
             delta.setdefault(key, value)  # reasoning_content, audio ...: as the route sent them
         finish = openai_finish_reason(chunk.finish_reason)
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
