@@ -276,7 +276,9 @@ def test_a_stream_without_usage_counts_its_reasoning_as_the_loser_does(
     assert usage.estimated
     assert response.metadata.get("reasoning") == REASONING
     (first,) = [chunk for chunk in route.first if chunk.text]  # (the reasoning came with it)
-    streamed = first.text + REASONING + response.text[len(first.text) :]
+    assert first.metadata == {"reasoning": REASONING}
+    # counted from the assembled answer (no second copy of the stream): text, then reasoning
+    streamed = response.text + REASONING
     assert usage.output_tokens == count_text_tokens(streamed, "fake-model").tokens
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..budget._usage import usable_usage
@@ -40,16 +40,22 @@ def output_text(chunk: StreamChunk) -> str:
     """The output a chunk carries, as text to count when the provider reports no usage: its
     text, its reasoning and thinking pieces, its tool calls' arguments (all billed as output
     tokens)."""
-    parts = [chunk.text]
     metadata = chunk.metadata
-    reasoning = metadata.get("reasoning")
+    return _output(
+        chunk.text, metadata.get("reasoning"), metadata.get("thinking"), chunk.tool_calls
+    )
+
+
+def _output(text: str, reasoning: object, thinking: object, calls: Iterable[object] | None) -> str:
+    """Text, reasoning, thinking blocks' text and tool calls' arguments, joined (see
+    :func:`output_text`)."""
+    parts = [text]
     if isinstance(reasoning, str):
         parts.append(reasoning)
-    thinking = metadata.get("thinking")
     for block in thinking if isinstance(thinking, list) else ():
         if isinstance(block, Mapping) and isinstance(block.get("thinking"), str):
             parts.append(block["thinking"])
-    for call in chunk.tool_calls or ():
+    for call in calls or ():
         arguments = call_function(call).get("arguments") if isinstance(call, Mapping) else None
         if isinstance(arguments, str):
             parts.append(arguments)
@@ -79,7 +85,6 @@ class Assembler:
         self._first_token_at: float | None = None
         self._last_content_at = 0.0
         self._text: list[str] = []
-        self._output: list[str] = []  # this route's output as counted without usage
         self._tool_calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
@@ -87,6 +92,9 @@ class Assembler:
         self.id: str | None = None
         self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
         self.metadata.pop(COMPLETION_FIELDS, None)
+        # what the carried reasoning and thinking come to: this route's own follow them
+        self._carried_reasoning = _length(self.metadata.get("reasoning"))
+        self._carried_thinking = _length(self.metadata.get("thinking"))
         self.headers: dict[str, str] = {}
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
         self.reasoned = False  # this route streamed reasoning or thinking the caller sees
@@ -105,7 +113,6 @@ class Assembler:
 
     def add(self, chunk: StreamChunk) -> None:
         self.chunks += 1
-        self._output.append(output_text(chunk))
         if chunk.text:
             now = time.monotonic()
             if self._first_token_at is None:
@@ -161,9 +168,21 @@ class Assembler:
             return self.usage
         if not (self.delivered or error is None):
             return None
-        own = "".join(self._output)
+        own = self._own_output()
         output = count_text_tokens(own, model).tokens if own else 0
         return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
+
+    def _own_output(self) -> str:
+        """This route's output, as :func:`output_text` reads each chunk's, from what the
+        assembly keeps: its text, its reasoning and thinking blocks (past the carried ones)
+        and its tool calls' arguments."""
+        reasoning, thinking = self.metadata.get("reasoning"), self.metadata.get("thinking")
+        if isinstance(reasoning, str):
+            reasoning = reasoning[self._carried_reasoning :]
+        if isinstance(thinking, list):
+            thinking = thinking[self._carried_thinking :]
+        calls = [self._tool_calls[i] for i in sorted(self._tool_calls)]
+        return _output("".join(self._text), reasoning, thinking, calls)
 
     def response(self, route: str) -> ChatResponse:
         return ChatResponse(
@@ -177,6 +196,11 @@ class Assembler:
             headers=dict(self.headers),
             metadata=dict(self.metadata),
         )
+
+
+def _length(value: object) -> int:
+    """The length of a string or a list (0 for anything else)."""
+    return len(value) if isinstance(value, (str, list)) else 0
 
 
 def merge_metadata(into: dict[str, Any], piece: Mapping[str, Any]) -> None:
