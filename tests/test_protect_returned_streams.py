@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import anthropic
+import anyio
 import openai
 import pytest
 
@@ -135,21 +136,76 @@ async def test_a_returned_async_stream_is_reported_when_read(fake: FakeProvider)
     await client.close()
 
 
-@pytest.mark.anyio
-async def test_a_returned_async_stream_is_bounded_by_the_timeout(fake: FakeProvider) -> None:
+def _timed(
+    fake: FakeProvider, timeout: float, messages: Any
+) -> tuple[list[CallEvent], Callable[[], Any], openai.AsyncOpenAI]:
+    """The events, a function protected with ``timeout`` that returns the async openai
+    stream of an answer to ``messages``, and its client (to close)."""
     events: list[CallEvent] = []
     guard = Guard(hooks=[events.append], environ={})
     client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
 
-    @guard.protect(timeout=1.0)
+    @guard.protect(timeout=timeout)
     async def ask() -> Any:
-        return await client.chat.completions.create(model="m", messages=USER, stream=True)
+        return await client.chat.completions.create(model="m", messages=messages, stream=True)
 
+    return events, ask, client
+
+
+@pytest.mark.anyio
+async def test_a_returned_async_stream_is_bounded_by_the_timeout(fake: FakeProvider) -> None:
+    events, ask, client = _timed(fake, 1.0, USER)
     fake.script(Fault(first_token_delay=30))
     stream = await ask()
     with pytest.raises(ProviderTimeoutError):
         async for _chunk in stream:
             pass
+    assert [e.outcome for e in events] == ["error"]
+    assert isinstance(events[0].error, ProviderTimeoutError)
+    await client.close()
+
+
+LONG: Any = [{"role": "user", "content": "one two three four five six seven eight nine ten eleven"}]
+
+
+@pytest.mark.anyio
+async def test_a_returned_async_stream_longer_than_the_timeout_is_read_whole(
+    fake: FakeProvider,
+) -> None:
+    """The timeout bounds the wait for each item (the first from the call, each later one
+    from when it is asked for), not the whole stream: a stream whose tokens keep coming, 0.1 s
+    apart, is read whole past its 1 s, the caller's own 1.2 s between two items aside. It was
+    cut with a ``ProviderTimeoutError`` 1 s after the call, as sync streams are not."""
+    events, ask, client = _timed(fake, 1.0, LONG)
+    fake.always(Fault(inter_token_delay=0.1))
+    stream = await ask()
+    chunks = [await stream.__anext__()]
+    await anyio.sleep(1.2)  # the caller's own time
+    chunks += [chunk async for chunk in stream]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Echo: " + LONG[0]["content"]
+    assert [e.outcome for e in events] == ["ok"]
+    await client.close()
+
+
+async def _read_into(stream: Any, got: list[Any]) -> None:
+    async for chunk in stream:
+        got.append(chunk)
+
+
+@pytest.mark.anyio
+async def test_a_returned_async_stream_idle_past_the_timeout_times_out(
+    fake: FakeProvider,
+) -> None:
+    """A stream whose next token does not come within the timeout of being asked for ends
+    with a ``ProviderTimeoutError``, reported as the call's error."""
+    events, ask, client = _timed(fake, 0.5, LONG)
+    fake.script(Fault(inter_token_delay=30))
+    stream = await ask()
+    got: list[Any] = []
+    with pytest.raises(ProviderTimeoutError):
+        await _read_into(stream, got)
+    assert got  # its first token came: the later one did not
     assert [e.outcome for e in events] == ["error"]
     assert isinstance(events[0].error, ProviderTimeoutError)
     await client.close()

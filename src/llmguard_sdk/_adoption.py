@@ -90,7 +90,13 @@ class Adoption:
         when it ends with the usage its items carried (an async one bounded by ``timeout`` from
         the call to its last item). A provider SDK's stream the function returns (openai's or
         anthropic's ``Stream`` / ``AsyncStream``) is returned watched, a drop-in reported when
-        it is read to its end, fails, or is closed or dropped (cancelled); the usage is read
+        it is read to its end, fails, or is closed or dropped (cancelled). For such a stream
+        ``timeout`` bounds the wait for each item, not the whole stream: the first item within
+        ``timeout`` of the call, each later one within ``timeout`` of being asked for (an idle
+        bound; the caller's own time between items does not count), an async stream raising
+        :class:`~llmguard_sdk.errors.ProviderTimeoutError` past it. A sync stream's reads
+        cannot be interrupted, so there the rule is not enforced: its client's own timeout
+        (openai's and anthropic's ``timeout=``, a read timeout) bounds them. The usage is read
         from OpenAI chat chunks, Anthropic's ``message_start`` / ``message_delta`` or the
         Responses API's ``response.completed``. A plain ``def`` that returns a coroutine
         (``return async_client.chat.completions.create(...)``) is guarded as an async function
@@ -99,7 +105,8 @@ class Adoption:
 
         .. versionchanged:: 0.2.0 a plain function returning a coroutine is guarded as an
            async one (it was reported ``"ok"`` before the call ran, and never retried); a
-           returned SDK stream is reported when it ends, with its usage.
+           returned SDK stream is reported when it ends, with its usage; an async one's
+           ``timeout`` bounds each item's wait, not the whole stream.
         """
         from .protect import protect_function
 

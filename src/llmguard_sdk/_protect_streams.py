@@ -205,31 +205,41 @@ class WatchedStream(_Watched):
 
 
 class AsyncWatchedStream(_Watched):
-    """A protected function's async stream, reported when it ends (see the module's notes),
-    each item awaited until the protected call's timeout at most (``deadline``, a
-    ``time.monotonic`` instant): then ``timed_out()`` is raised, the stream closed."""
+    """A protected function's async stream, reported when it ends (see the module's notes).
+    Each item is awaited ``timeout`` seconds at most: the first until ``first`` (a
+    ``time.monotonic`` instant, the protected call's start and its timeout), each later one
+    from when it is asked for (an idle bound: a stream longer than the timeout is read whole
+    while its items keep coming; the caller's own time between items does not count). Past
+    it, ``timed_out()`` is raised and the stream closed."""
 
-    __slots__ = ("_deadline", "_timed_out")
+    __slots__ = ("_deadline", "_timed_out", "_timeout")
 
     def __init__(
-        self, stream: Any, end: End, deadline: float, timed_out: Callable[[], Exception]
+        self,
+        stream: Any,
+        end: End,
+        first: float,
+        timeout: float,
+        timed_out: Callable[[], Exception],
     ) -> None:
         self._watch = _Watch(stream, end)
-        self._deadline = deadline
+        self._deadline: float | None = first  # (None: each later item's own)
+        self._timeout = timeout
         self._timed_out = timed_out
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> Any:
-        watch = self._watch
-        left = self._deadline - time.monotonic()
+        watch, first = self._watch, self._deadline
+        left = self._timeout if first is None else first - time.monotonic()
         with watch:
             with anyio.move_on_after(max(left, 0.0)) as scope:
                 item = await watch.stream.__anext__()
             if scope.cancelled_caught:
                 await self._close_stream()
                 raise self._timed_out()
+        self._deadline = None
         watch.tally.see(item)
         return item
 

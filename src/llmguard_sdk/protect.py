@@ -156,8 +156,9 @@ class _Call:
 
         if kind == "sync":
             return WatchedStream(result, ended)
-        deadline = self.started + self.protected.timeout
-        return AsyncWatchedStream(result, ended, deadline, self.protected.timed_out)
+        timeout = self.protected.timeout  # (each item's wait: see AsyncWatchedStream)
+        first = self.started + timeout
+        return AsyncWatchedStream(result, ended, first, timeout, self.protected.timed_out)
 
 
 def protect_function(
