@@ -116,7 +116,8 @@ class _Route(BaseHTTPRequestHandler):
             for delta in (e["choices"][0]["delta"] for e in sent):
                 if "reasoning_content" in delta:
                     delta["reasoning"] = delta["reasoning_content"]
-        if getattr(self.server, "azure", False):
+        if getattr(self.server, "azure", False):  # (and a role-only opening delta)
+            sent[0]["choices"][0]["delta"] = {"role": "assistant", "content": ""}
             sent.insert(0, {**_AZURE_FIRST, "prompt_filter_results": _FILTERS})
         events = b"".join(b"data: %s\n\n" % json.dumps(e).encode() for e in sent)
         events += b"data: [DONE]\n\n"

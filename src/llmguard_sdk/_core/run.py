@@ -67,6 +67,7 @@ class Run:
     # ctx.unserved and the output each was allowed (see race.charge_silent_losers)
     silent_losers: list[tuple[int, int]] = field(default_factory=list)
     _emitted: bool = False
+    _given: frozenset[str] = frozenset()  # the answer's fields (created ...) the caller has
     _held_headers: tuple[str, dict[str, str]] | None = None  # a skipped chunk's (route's)
 
     def __post_init__(self) -> None:
@@ -257,21 +258,27 @@ class Run:
         """``chunk`` as it goes to the caller, or None to skip one that carries nothing (a
         retry's or the next route's role-only opening chunk: its headers, the provider's for
         that attempt, go on that route's next chunk, so the caller learns who answers; its
-        answer's fields, ``created`` and the like, are the stream's once given); one that
-        carries other metadata (a refusal's piece, logprobs) carries something."""
+        answer's fields, ``created`` and the like, are the stream's once given, and carried
+        where not given yet: Azure's first chunk, its filter results, has none of them); one
+        that carries other metadata (a refusal's piece, logprobs) carries something."""
         metadata = chunk.metadata
+        fields = metadata.get(COMPLETION_FIELDS) if metadata else None
+        fields = fields.keys() if isinstance(fields, Mapping) else frozenset()
         empty = not (
             chunk.text
             or chunk.tool_calls
             or chunk.finish_reason
             or chunk.usage
             or (metadata and (len(metadata) > 1 or COMPLETION_FIELDS not in metadata))
+            or not fields <= self._given
         )
         if empty and self._emitted:
             if chunk.headers:
                 self._held_headers = (chunk.route, chunk.headers)
             return None
         self._emitted = True
+        if fields:
+            self._given = self._given | fields
         held, self._held_headers = self._held_headers, None
         if held is not None and held[0] == chunk.route and not chunk.headers:
             return chunk.model_copy(update={"headers": held[1]})
