@@ -381,6 +381,14 @@ class ChatRequest(BaseModel):
         """The most output tokens the call may produce (``max_completion_tokens`` first)."""
         return self.max_completion_tokens or self.max_tokens
 
+    @property
+    def most_output(self) -> int | None:
+        """The most output tokens the call may be billed: the larger of ``max_tokens`` and
+        ``max_completion_tokens`` where both are set (a provider may follow either), what
+        budgets and rate limits hold for its worst case."""
+        limits = [n for n in (self.max_tokens, self.max_completion_tokens) if n is not None]
+        return max(limits) if limits else None
+
     def last_user_text(self) -> str:
         """Text of the last user message ('' when there is none)."""
         for message in reversed(self.messages):

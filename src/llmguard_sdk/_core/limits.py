@@ -153,7 +153,7 @@ def token_reservation(ctx: CallContext, stages: Stages, route: Provider) -> Rese
     if not rules:
         return None
     count = route_input_tokens(ctx, route)
-    output = ctx.request.output_limit or max(limit.reserve_output_tokens for limit in rules)
+    output = ctx.request.most_output or max(limit.reserve_output_tokens for limit in rules)
     sent = count.tokens + continued_input(ctx, route)  # a continuation sends more
     return Reservation(route.name, ctx.scope.tenant, float(sent), float(output), count.estimated)
 

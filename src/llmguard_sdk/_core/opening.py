@@ -211,7 +211,7 @@ class CallKeys:
 def _clamped(request: ChatRequest, source: ChatRequest) -> bool:
     """Whether ``request`` is ``source`` with a lower output limit (``max_tokens``, or
     ``max_completion_tokens`` where the caller set it) and nothing else changed."""
-    limit, asked = request.output_limit, source.output_limit
+    limit, asked = request.most_output, source.most_output
     lowered = limit is not None and (asked is None or limit < asked)
     asked_limits = {n: getattr(source, n) for n in ("max_tokens", "max_completion_tokens")}
     return lowered and request.model_copy(update=asked_limits) == source

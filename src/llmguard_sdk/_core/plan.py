@@ -192,8 +192,8 @@ def _hold_enough(run: Run, route: Provider, order: list[Provider]) -> Generator[
         if run.interrupted is not None:
             raise run.interrupted from refused
         raise
-    limit = run.ctx.request.output_limit  # lowered by a clamped top-up: sent so
-    if limit is not None and limit < (run.request.output_limit or limit + 1):
+    limit = run.ctx.request.most_output  # lowered by a clamped top-up: sent so
+    if limit is not None and limit < (run.request.most_output or limit + 1):
         run.request = with_output_limit(run.request, limit)
     if not moved:
         return False

@@ -288,7 +288,7 @@ def _loser_output(state: _Race, leg: _Leg) -> int:
 
 def _allowed(run: Run, leg: _Leg) -> int:
     """The output tokens a leg was allowed (0: no bound known)."""
-    allowed = leg.reservation.output if leg.reservation else run.ctx.request.output_limit
+    allowed = leg.reservation.output if leg.reservation else run.ctx.request.most_output
     return int(allowed or 0)
 
 

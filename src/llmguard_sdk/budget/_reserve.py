@@ -214,9 +214,19 @@ def _never_fits(config: Budgets, name: str, spec: CounterSpec, least: float) -> 
 
 
 def with_output_limit(request: ChatRequest, tokens: int) -> ChatRequest:
-    """``request`` with its output limit lowered to ``tokens``, under the name it has."""
-    name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
-    return request.model_copy(update={name: tokens})
+    """``request`` with its output limit set to ``tokens``, under the name it has; where it
+    has both ``max_tokens`` and ``max_completion_tokens``, each becomes at most ``tokens``
+    (the larger ``tokens``: :attr:`~ChatRequest.most_output` is then ``tokens``)."""
+    asked, newer = request.max_tokens, request.max_completion_tokens
+    if asked is None or newer is None:
+        name = "max_tokens" if newer is None else "max_completion_tokens"
+        return request.model_copy(update={name: tokens})
+    larger, smaller = (
+        ("max_tokens", "max_completion_tokens")
+        if asked >= newer
+        else ("max_completion_tokens", "max_tokens")
+    )
+    return request.model_copy(update={larger: tokens, smaller: min(asked, newer, tokens)})
 
 
 def by_priority(ctx: CallContext, stages: Stages) -> Stages:

@@ -113,7 +113,7 @@ def top_up_steps(
         counted_locally(spend.config, result, notes)
         if result.allowed:
             held.amount += result.amount
-            if hold["want"] and covered + result.tokens < (ctx.request.output_limit or 0):
+            if hold["want"] and covered + result.tokens < (ctx.request.most_output or 0):
                 ctx.request = with_output_limit(ctx.request, covered + result.tokens)  # clamped
             return ()
         if result.unavailable:

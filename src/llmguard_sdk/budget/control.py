@@ -319,9 +319,10 @@ class SpendControl:
         return (base * prompts + self.held_output(ctx.request) * per) / NANO
 
     def held_output(self, request: ChatRequest) -> int:
-        """The output tokens a budget holds for ``request``: its output limit, else
+        """The output tokens a budget holds for ``request``: its output limit (the larger
+        of ``max_tokens`` and ``max_completion_tokens`` where both are set), else
         ``default_output_tokens``."""
-        return request.output_limit or self.config.default_output_tokens
+        return request.most_output or self.config.default_output_tokens
 
     def reserve_steps(
         self,

@@ -196,8 +196,8 @@ class ReleaseControl:
         if ctx.arm != "canary" or candidate is None or ctx.release != candidate.id or base is None:
             return False
         request = current.apply(base)
-        limit, own = ctx.request.output_limit, request.output_limit
-        bounded = limit is not None and limit != candidate.apply(base).output_limit
+        limit, own = ctx.request.most_output, request.most_output
+        bounded = limit is not None and limit != candidate.apply(base).most_output
         if bounded and limit is not None and (own is None or own > limit):
             request = with_output_limit(request, limit)  # the Guard's bound, kept
         tag = f"release:{candidate.id}"
