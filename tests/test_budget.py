@@ -503,10 +503,30 @@ def test_contract_rolling_windows_free_room_as_spend_ages(backends: Backends) ->
     backend.settle("b", [rolling], actual=nano(0.3), ttl=600)
     refused = hold(backend, "c", [rolling], 0.1)
     assert not refused.allowed
-    assert refused.resets_at == pytest.approx(_epoch(2030, 5, 10, 12, 10, 0))  # a bucket leaves
-    backends.advance(301)  # the first 0.70 is out of the last 600 s
+    # its 10 s bucket leaves 610 s after it began: spend counts at least 600 s, wherever in it
+    assert refused.resets_at == pytest.approx(_epoch(2030, 5, 10, 12, 10, 10), abs=0.01)
+    backends.advance(306)  # the first 0.70 is out of the last 600 s
     assert backend.status([rolling])[0][0] == nano(0.3)
     assert hold(backend, "d", [rolling], 0.6).allowed
+
+
+def test_contract_rolling_spend_late_in_its_bucket_counts_a_whole_window(
+    backends: Backends,
+) -> None:
+    """$1 spent 59.9 s into a minute's bucket of an hour's rolling window left it 59 buckets
+    on, 3540.2 s later, and another $1 was allowed: $2 within the hour of a $1 budget."""
+    backend = backends.backend
+    rolling = spec("late", 1.0, "rolling", rolling=3600)
+    backends.at(_epoch(2030, 5, 10, 12, 0, 0) + 59.9)
+    assert hold(backend, "a", [rolling], 1.0).allowed
+    backend.settle("a", [rolling], actual=nano(1.0), ttl=600)
+    backends.advance(3540.2)
+    refused = hold(backend, "b", [rolling], 1.0)
+    assert not refused.allowed
+    assert refused.resets_at == pytest.approx(_epoch(2030, 5, 10, 13, 1, 0), abs=0.01)
+    backends.advance(3600.5 - 3540.2)  # an hour and a moment after the spend: out
+    assert backend.status([rolling])[0][0] == 0
+    assert hold(backend, "c", [rolling], 1.0).allowed
 
 
 def test_contract_alerts_fire_once_per_threshold_per_window(backends: Backends) -> None:

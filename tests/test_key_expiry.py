@@ -19,6 +19,8 @@ from llmguard_sdk.retry.redis import RedisRetryBudget
 from llmguard_sdk.router.leases import LeaseAsk, RedisLeases
 from llmguard_sdk.store import RedisStore
 
+from .conftest import RawRedis
+
 SPECS = [
     CounterSpec("global", nano(1.0), "day", 3600.0, (0.5, 1.0), "global", 0),
     CounterSpec("tenant.t1", nano(0.5), "month", 3600.0, (1.0,), "tenant", 0),
@@ -159,3 +161,20 @@ def test_a_reader_of_a_change_log_that_expired_loads_the_live_entries(
     assert old not in reader._local.index_of
     writer.close()
     reader.close()
+
+
+def test_a_long_rolling_windows_buckets_outlive_their_last_bucket(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A 30-day rolling window's buckets are 12 h wide and its spend counts up to 30.5 days:
+    the keys were kept 30 days and an hour from the last spend, and took it with them."""
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    month = CounterSpec("m", nano(1.0), "rolling", 30 * 86400.0, (), "global", 0)
+    budgets = RedisBudgetBackend(store, name="long")
+    assert budgets.reserve("r1", [month], base=nano(0.3), **HOLD).allowed
+    budgets.settle("r1", [month], actual=nano(0.3), ttl=60.0)
+    store.close()
+    client: RawRedis = redis.Redis.from_url(redis_url)
+    (buckets,) = client.scan_iter(match=f"{redis_prefix}:budget:*:b:m")
+    assert client.ttl(buckets) >= 30.5 * 86400
+    client.close()

@@ -176,7 +176,8 @@ class MemoryBudgetBackend:
 
     def _keep(self, spec: CounterSpec, now: float, until: float) -> None:
         """Keep a whole state until idle past its window (and a hold until ``until``)."""
-        span = spec.rolling_seconds if spec.window == "rolling" else _SPAN[spec.window]
+        rolling = spec.rolling_seconds * (ROLLING_BUCKETS + 1) / ROLLING_BUCKETS  # (its life)
+        span = rolling if spec.window == "rolling" else _SPAN[spec.window]
         self._idle.touch(spec.key, max(now + span, until))
 
     def _park(self, spec: CounterSpec, state: CounterState, now: float, until: float) -> None:

@@ -51,7 +51,10 @@ __all__ = [
 NANO = 1_000_000_000
 """Nano-dollars per USD: the unit of every counter."""
 ROLLING_BUCKETS = 60
-"""A rolling window is kept as this many buckets (a 1-hour window: one per minute)."""
+"""A rolling window is counted in buckets of ``rolling_seconds`` / this (a 1-hour window: one
+per minute); a bucket leaves ``ROLLING_BUCKETS + 1`` bucket widths after it began, so spend
+counts for at least ``rolling_seconds`` (at most one bucket width more), wherever in its
+bucket it was made."""
 _MAX_NANO = 2**53 - 1
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -402,11 +405,11 @@ def bring_to_now(state: CounterState, spec: CounterSpec, now: float) -> tuple[in
     if spec.window == "rolling":
         width = spec.rolling_seconds / ROLLING_BUCKETS
         current = math.floor(now / width)
-        for index in [i for i in state.buckets if i <= current - ROLLING_BUCKETS]:
+        for index in [i for i in state.buckets if i < current - ROLLING_BUCKETS]:
             del state.buckets[index]
         state.spent = sum(state.buckets.values())
         oldest = min(state.buckets) if state.buckets else None
-        resets = (oldest + ROLLING_BUCKETS) * width if oldest is not None else now
+        resets = (oldest + ROLLING_BUCKETS + 1) * width if oldest is not None else now
         if state.fired:  # (a refusal's 100 %: until the spend falls under what it fired at)
             state.fired = frozenset(
                 a

@@ -83,14 +83,15 @@ local function bring(c)
     spent = 0
     for j = 1, #all, 2 do
       local index = tonumber(all[j])
-      if index <= current - BUCKETS then
+      -- (kept BUCKETS + 1 widths: spend late in its bucket counts a whole window too)
+      if index < current - BUCKETS then
         redis.call('HDEL', c.b, all[j])
       else
         spent = spent + tonumber(all[j + 1])
         if oldest == nil or index < oldest then oldest = index end
       end
     end
-    c.resets = oldest and (oldest + BUCKETS) * width or now
+    c.resets = oldest and (oldest + BUCKETS + 1) * width or now
     -- x: the spend a refusal fired 100 % at; that alert re-arms when the spend falls under it
     local full_at = tonumber(redis.call('HGET', c.h, 'x'))
     for _, a in ipairs(c.alerts) do
@@ -128,7 +129,8 @@ end
 
 -- Keep the counter's keys as long as its window and any reservation may need them.
 local function keep(c, hold_seconds)
-  local seconds = (c.kind == 'rolling') and c.seconds or math.max(0, c.resets - now)
+  local seconds = (c.kind == 'rolling') and c.seconds * (BUCKETS + 1) / BUCKETS
+    or math.max(0, c.resets - now)
   -- at most 2^31 s: EXPIRE refuses what overflows its clock (a script error reads as Redis down)
   local ttl = math.min(2147483647, math.ceil(seconds + hold_seconds + c.keep))
   for _, key in ipairs({c.h, c.e, c.b}) do
