@@ -290,13 +290,44 @@ def test_cost_estimate_knows_source_models_the_batch_discount_and_shows_the_snap
     assert "claude-sonnet-4-5" in _cli("models", "sonnet-4-5")
 
 
-def test_a_priority_call_without_priority_rates_is_said_once(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize(
+    ("model", "provider"),
+    [
+        ("claude-3-5-haiku", None),
+        ("claude-3-7-sonnet", "anthropic"),
+        ("claude-sonnet-4", None),
+        ("claude-opus-4", None),
+        ("claude-opus-4-1", "anthropic"),
+        ("gemini-2.0-flash", "google"),
+    ],
+)
+def test_a_batch_of_a_provider_that_halves_batches_is_half_price_without_batch_rates(
+    caplog: pytest.LogCaptureFixture, model: str, provider: str | None
 ) -> None:
+    """genai-prices lists no batch rates for these models: their batches were priced (and
+    held) at the full standard rates, twice what Anthropic and Google bill."""
+    table = PriceTable(_source=GenaiSource(), _base=PriceTable.shipped_table())
+    standard = table.price(model, provider=provider)
+    with caplog.at_level("WARNING", logger="llmguard_sdk"):
+        batch = table.price(model, provider=provider, tier="batch")
+    assert batch.tier == "batch"
+    assert (batch.input, batch.output) == pytest.approx((standard.input / 2, standard.output / 2))
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    ("model", "provider", "tier"),
+    [("gemini-2.5-pro", "google", "priority"), ("grok-3", "x-ai", "batch")],
+)
+def test_a_tier_without_its_rates_is_standard_and_said_once(
+    caplog: pytest.LogCaptureFixture, model: str, provider: str, tier: str
+) -> None:
+    """A priority call without priority rates, a batch of a provider not known to halve
+    batches without batch rates (it was standard without a word): standard, said once."""
     table = PriceTable(_source=GenaiSource(), _base=PriceTable.shipped_table())
     with caplog.at_level("WARNING", logger="llmguard_sdk"):
         for _ in range(3):
-            price = table.price("gemini-2.5-pro", provider="google", tier="priority")
-    assert price == table.price("gemini-2.5-pro", provider="google")  # standard rates
-    said = [r for r in caplog.records if "no priority rates for gemini-2.5-pro" in r.message]
+            price = table.price(model, provider=provider, tier=tier)
+    assert price == table.price(model, provider=provider)  # standard rates
+    said = [r for r in caplog.records if f"no {tier} rates for {model}" in r.message]
     assert len(said) == 1

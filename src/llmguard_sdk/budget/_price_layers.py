@@ -27,6 +27,11 @@ logger = logging.getLogger("llmguard_sdk")
 # the rates that default to others when unset (cached_input ...), and the per-request fee
 _DEFAULTED = (*_RATES[2:], "per_request")
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+HALVED_BATCHES = frozenset({"anthropic", "openai", "google"})
+"""The genai-prices providers that bill a batch at half the standard price (Anthropic's
+Message Batches, OpenAI's Batch API, Gemini's Batch Mode): a model of theirs that the data
+lists no batch rates for is priced at the table's ``batch_discount`` off its standard rates
+in a batch; another provider's at its standard rates, with a warning."""
 
 
 class PriceLayers:
@@ -114,11 +119,15 @@ class PriceLayers:
         found = self._source.find(name, provider, when, tier)
         if found is not None or tier is None:
             return found
-        # the source lists tiers model by model: a model without the tier's rates (one
-        # without a batch API, say) is billed at its standard rates
+        # the source lists tiers model by model: a model without the tier's rates is billed
+        # at its standard rates, a batch at the discount where its provider halves batches
         standard = self._source.find(name, provider, when, None)
-        if standard is not None and tier == "priority":  # dearer than standard: say so
-            logger.warning(
+        if standard is None:
+            return None
+        if tier == "batch" and self._source.owner(name, provider) in HALVED_BATCHES:
+            return self._tiered(standard, tier)
+        if tier in ("priority", "batch"):  # (dearer, or maybe cheaper, than standard: say so)
+            logger.warning(  # (once: the table keeps what a lookup found)
                 "llmguard prices: %s lists no %s rates for %s; its standard rates count",
                 self._source.version,
                 tier,

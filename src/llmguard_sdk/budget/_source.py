@@ -83,6 +83,14 @@ class GenaiSource:
             fields = {**fields, **overrides}
         return _to_price(fields, tier)
 
+    def owner(self, model: str, provider: str | None) -> str | None:
+        """The id of the provider whose data :meth:`find` prices ``model`` from
+        (``"anthropic"``, ``"openai"``, ``"google"`` ...); None when the data has no such
+        model."""
+        table = _genai_table.load()
+        found = _genai_table.find(table, model, provider) if table is not None else None
+        return table.provider_ids[found[0]] if table is not None and found is not None else None
+
     def models(self) -> Iterator[tuple[str, str]]:
         """``(provider id, model id)`` of every model with a token price that its id finds."""
         when = _ordinal(dt.datetime.now(dt.timezone.utc))

@@ -75,7 +75,9 @@ class PriceTable(PriceLayers):
     The first layer that knows a model decides its price for every tier: its price for the
     tier if it has one, else its standard price; in the user's and the shipped entries (which
     list no tiers unless told) the ``"batch"`` tier is the standard price less
-    ``batch_discount`` (OpenAI, Anthropic and Google bill batches at half price). A lookup is
+    ``batch_discount`` (OpenAI, Anthropic and Google bill batches at half price), as it is in
+    the ``genai-prices`` source for those three providers' models that it lists no batch rates
+    for (another provider's: its standard price, with a warning). A lookup is
     done once per model, tier, day and stretch of the day between the source's time-of-day
     windows' edges (DeepSeek's peak hours), then cached.
 
