@@ -41,10 +41,12 @@ class Budgets:
         fail_open: when Redis cannot be reached, count in each process's memory instead of
             refusing budgeted calls (the default fails closed: hard caps hold), within a bound
             for the whole fleet: ``fail_open_share``.
-        fail_open_share: with ``fail_open``, the share of what each budget had left when
-            Redis went away that all processes together may spend until it answers again
-            (each process takes its part: the share divided by the processes alive then);
-            ``None``: the store's ``local_share`` (0.25).
+        fail_open_share: with ``fail_open``, the share of what each budget had left that
+            the processes may spend until Redis answers again: each takes its part (the
+            share divided by the processes alive) of the room its last reservation saw (a
+            process idle while others spent the budget down sees more room than is left:
+            the fleet can then overrun by up to about this share of the limit); ``None``:
+            the store's ``local_share`` (0.25).
         clamp_max_tokens: lower a call's ``max_tokens`` to what the budgets still allow
             (down to ``min_output_tokens``) instead of refusing it, at its reservation and
             at the top-up before a retry or fallback attempt after billed attempts.
