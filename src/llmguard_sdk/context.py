@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ._core.tasks import TaskChoice
     from .providers.base import Provider
+    from .router.groups import CallFacts, DeploymentGroup
 
 __all__ = [
     "AttemptRecord",
@@ -203,6 +204,9 @@ class CallContext:
     trace_parent: object = None
     span: Span | None = None  # the call's span, where started as its first traced attempt began
     route_order: tuple[Provider, ...] = ()  # this call's routes, ranked (deployment groups)
+    # the groups ranked for the call and not reached yet: the turn and facts each ranked at
+    # (reaching one takes the call there: see DeploymentGroup.reach)
+    unreached: dict[DeploymentGroup, tuple[int, CallFacts]] = field(default_factory=dict)
     # the routes at the end of ``route_order`` tried only once the others failed (a canary
     # call's: the current release's); no hedge races them
     fallback_routes: tuple[Provider, ...] = ()

@@ -42,7 +42,6 @@ from . import race as hedging
 from .assembly import Assembler
 from .limits import Reservation
 from .ops import Complete, Emit, Next, Open, Preopened, Sleep, answer_of
-from .routing import Lease
 from .run import Run, elapsed_since
 
 __all__ = ["admit", "complete_op", "open_op", "plan"]
@@ -59,7 +58,7 @@ def plan(run: Run) -> Plan:
     routing = run.stages.routing
     if routing is None:
         return (yield from _route_loop(run))
-    held: list[Lease] = []  # given back however the call ends, cut short while leasing too
+    held = run.leases  # given back however the call ends, cut short while leasing too
     try:
         yield from answer_of(routing.lease_steps(run.ctx, held))
         return (yield from _route_loop(run))
@@ -77,8 +76,8 @@ def _route_loop(run: Run) -> Plan:
         raced = won
     order = run.route_order(raced.route if raced is not None else None)
     while order:
-        route = order.pop(0)
-        run.reach(route)  # (a canary call's fallback: the current release's request)
+        # (a group reached first takes the call; a canary's fallback: the current release's)
+        route = run.reach(order.pop(0), order)
         run.tried.add(route.name)  # reached: a budget's move sends the call to others
         if routes.too_small_for(ctx, route):
             continue

@@ -28,6 +28,7 @@ from . import limits, plan, routes
 from .assembly import output_text
 from .limits import Reservation
 from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
+from .routing import reach
 from .run import Run, elapsed_since
 
 __all__ = ["charge_silent_losers", "hedge", "race"]
@@ -112,6 +113,7 @@ def race(
 def _start(run: Run, leg: _Leg) -> StartLeg:
     run.ctx.attempts += 1
     run.tried.add(leg.route.name)
+    reach(run.ctx, leg.route)  # (its group takes the call)
     make = plan.open_op if run.streaming else plan.complete_op
     op = make(run, leg.route, leg.record)
     return StartLeg(op)

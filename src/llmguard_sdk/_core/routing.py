@@ -5,6 +5,7 @@ it goes to (its calls in flight), taken when its route loop starts and given bac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import uuid
@@ -18,14 +19,14 @@ from ..errors import ProviderError, RateLimitedError, UnknownModelError
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.groups import CallFacts
-from ..router.leases import Leases, RedisLeases
+from ..router.leases import LeaseAsk, Leases, MemoryLeases, RedisLeases
 from ..store import RedisStore, Store
 from .limits import route_input_tokens
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
 
-__all__ = ["Lease", "Routing", "flatten", "members"]
+__all__ = ["Lease", "Routing", "flatten", "members", "reach"]
 
 _LEASE_MARGIN_S = 5.0  # a lease outlives its call's deadline by this much (then it runs out)
 
@@ -122,11 +123,15 @@ class Routing:
             ctx.input_tokens()
         counts = {route.name: float(route_input_tokens(ctx, route).tokens) for route in cheapest}
         facts = CallFacts(ctx.request, region=ctx.region, prices=prices, counts=counts)
-        return tuple(
-            route
-            for entry in entries
-            for route in (entry.ranked(facts) if isinstance(entry, DeploymentGroup) else (entry,))
-        )
+        order: list[Provider] = []
+        for entry in entries:
+            if isinstance(entry, DeploymentGroup):
+                ranked, turn = entry.ranking(facts)  # taken only when the call reaches it
+                ctx.unreached[entry] = (turn, facts)
+                order += ranked
+            else:
+                order.append(entry)
+        return tuple(order)
 
     def selected(self, model: str | None) -> str | None:
         """Where a call's ``model=`` starts it: the group of that name, else where the
@@ -159,12 +164,7 @@ class Routing:
         cancellation) cannot give anything back itself; the caller gives back ``held``. A
         lease that fails gives back those in ``held``, empties it, then raises."""
         call_id, order = uuid.uuid4().hex, list(ctx.route_order)
-        now = time.monotonic()
-        lease_s = (
-            min(3600.0, max(0.0, ctx.deadline - now) + _LEASE_MARGIN_S)
-            if math.isfinite(ctx.deadline)
-            else 3600.0
-        )
+        lease_s = _lease_s(ctx)
         try:
             for entry in self.entries:
                 if not isinstance(entry, DeploymentGroup):
@@ -243,6 +243,55 @@ class Routing:
             group.learn_headroom(route, None, pause_s=error.retry_after, limited=True)
         elif headers:
             group.learn_headroom(route, headers)
+
+
+def _lease_s(ctx: CallContext) -> float:
+    """How long the call's leases last at most: its deadline's time left, and a margin."""
+    if not math.isfinite(ctx.deadline):
+        return 3600.0
+    return min(3600.0, max(0.0, ctx.deadline - time.monotonic()) + _LEASE_MARGIN_S)
+
+
+def reach(
+    ctx: CallContext,
+    route: Provider,
+    left: list[Provider] | None = None,
+    held: list[Lease] | None = None,
+) -> Provider:
+    """The call goes to ``route``: the first time it reaches a deployment of a group ranked
+    for it, the group takes the call (its round goes on, the deployment leads: see
+    :meth:`DeploymentGroup.reach`), and may rank its deployments anew when other calls
+    took turns meanwhile; returns the route to try, ``left`` (the routes after it)
+    reordered in place, the call's lease (in ``held``) moved with it. A race's leg
+    (``left`` None) keeps its route."""
+    found = next((g for g in ctx.unreached if route.name in g.names), None)
+    if found is None:
+        return route
+    turn, facts = ctx.unreached.pop(found)
+    at = [i for i, r in enumerate(left or ()) if r.name in found.names]
+    mine = [route] + [left[i] for i in at] if left is not None else [route]
+    ranked = found.reach(mine, turn, facts)
+    if left is None or ranked == mine:
+        return route
+    for i, other in zip(at, ranked[1:], strict=True):
+        left[i] = other
+    _move_lease(ctx, held or [], found, ranked[0].name)
+    return ranked[0]
+
+
+def _move_lease(ctx: CallContext, held: list[Lease], group: DeploymentGroup, to: str) -> None:
+    """The call's lease on ``group`` goes to deployment ``to`` (a lease in this process:
+    the groups that count calls in flight through Redis decide with the lease, never
+    reranked)."""
+    for i, lease in enumerate(held):
+        if lease.group is group and lease.deployment != to:
+            if not isinstance(lease.leases, MemoryLeases):
+                return
+            lease.leases.give_back(group.name, lease.deployment, lease.call_id)
+            pick, lease_s = group.names.index(to), _lease_s(ctx)
+            lease.leases.take(LeaseAsk(group.name, group.names, pick, 0, lease.call_id, lease_s))
+            held[i] = dataclasses.replace(lease, deployment=to)
+            return
 
 
 def flatten(entries: Sequence[Provider | DeploymentGroup]) -> tuple[Provider, ...]:

@@ -34,6 +34,7 @@ from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, CallKeys, Tail
 from .ops import Blocking, answer_of
+from .routing import Lease, reach
 from .stages import Stages
 
 __all__ = ["Run"]
@@ -52,6 +53,7 @@ class Run:
     keys: CallKeys | None = None  # the opening lookup's cache keys (for the stale lookups)
     request: ChatRequest = field(init=False)  # a continuation replaces it
     tried: set[str] = field(default_factory=set)  # routes a hedge race used up, or reached
+    leases: list[Lease] = field(default_factory=list)  # on the deployments of its groups
     probes: dict[str, bool] = field(default_factory=dict)  # route: its permit is a probe
     response: ChatResponse | None = None  # what the plan returned
     # streams only: what the last attempt delivered, and an interruption carried on
@@ -84,20 +86,25 @@ class Run:
             self.ctx, stages.routes, record, self.request, stages.propagated
         )
 
-    def reach(self, route: Provider) -> None:
-        """The loop goes to ``route``: a canary call's first fallback route (the current
-        release's, its candidate's routes all failed) makes the call send what the current
-        release shapes (see :meth:`~llmguard_sdk.releases.control.ReleaseControl.fall_back`),
-        under a new idempotency key, an interrupted stream's continuation built on it."""
+    def reach(self, route: Provider, left: list[Provider]) -> Provider:
+        """The loop goes to ``route`` (``left``: the routes after it); returns the route
+        to try. A deployment group reached for the first time takes the call (see
+        :func:`~.routing.reach`: it may send it to another of its deployments, ``left``
+        reordered in place). A canary call's first fallback route (the current release's,
+        its candidate's routes all failed) makes the call send what the current release
+        shapes (see :meth:`~llmguard_sdk.releases.control.ReleaseControl.fall_back`), under
+        a new idempotency key, an interrupted stream's continuation built on it."""
         ctx, releases = self.ctx, self.stages.releases
+        route = reach(ctx, route, left, self.leases)
         if releases is None or all(r.name != route.name for r in ctx.fallback_routes):
-            return
+            return route
         if not releases.fall_back(ctx):
-            return
+            return route
         self.request = ctx.request = routes.with_new_keys(ctx.request)  # (another body)
         if ctx.continuation is not None:
             self.request = routes.continuation_request(ctx.request, self.carried)
             ctx.continue_with(self.request)
+        return route
 
     # -- what the opening batch took ahead --------------------------------------------------
 

@@ -238,42 +238,79 @@ class DeploymentGroup:
     def ranked(self, facts: CallFacts | None = None) -> list[Provider]:
         """The deployments in the order the next call (``facts``) tries them: the call's
         region first, then the others; in each, those not refused a moment ago (see
-        :meth:`refused`) ranked by the strategy, then the refused ones as failover."""
-        facts = facts or CallFacts()
+        :meth:`refused`) ranked by the strategy, then the refused ones as failover. The call
+        is taken: the next one ranks a turn further (``round_robin``), and the first
+        deployment has led a call (``latency``). A Guard ranks with :meth:`ranking` and
+        takes the call with :meth:`reach`, once the call reaches the group."""
+        order, _ = self._rank(facts or CallFacts(), None, take=True)
+        return [self.deployments[i] for i in order]
+
+    def ranking(self, facts: CallFacts | None = None) -> tuple[list[Provider], int]:
+        """The order :meth:`ranked` gives the call ``facts``, and the turn it was ranked at,
+        without taking the call: a call that never reaches the group (an earlier route
+        answered, another tier served it) moves none of its state."""
+        order, turn = self._rank(facts or CallFacts(), None, take=False)
+        return [self.deployments[i] for i in order], turn
+
+    def reach(
+        self, routes: Sequence[Provider], turn: int, facts: CallFacts | None = None
+    ) -> list[Provider]:
+        """A call ranked at ``turn`` (see :meth:`ranking`) reaches the group: ``routes`` are
+        its deployments of the group still to try, in its order, the first the one it goes
+        to. The call is taken (as by :meth:`ranked`); when another call took a turn since
+        this one was ranked, ``routes`` are ranked anew (calls ranked together do not all
+        take the same turn) and their new order is returned."""
+        with self._lock:
+            fresh = turn == self._turn + 1 or self.strategy == "least_outstanding"
+            if fresh:  # (least_outstanding: the lease decided where the call goes)
+                self._turn += 1
+                if self.strategy == "latency":
+                    self._led[routes[0].name] = self._clock()
+                return list(routes)
+        order, _ = self._rank(facts or CallFacts(), {r.name for r in routes}, take=True)
+        return [self.deployments[i] for i in order]
+
+    def _rank(self, facts: CallFacts, among: set[str] | None, take: bool) -> tuple[list[int], int]:
+        """The deployments (``among``: of those names only) in the call's order, and the
+        turn ranked at; ``take``: the call is taken (the turn and the leader kept)."""
         in_flight = self.local_leases.counts(self.name, self.names)
         with self._lock:
-            self._turn += 1
+            turn = self._turn + 1
             now = self._clock()
             refused = self._refused_at(now)
             if all(name in refused for name in self.names):
                 refused = set()  # (all were: the strategy ranks them all)
             order: list[int] = []
             for part in by_region(self.regions, facts.region or self.region):
+                part = [i for i in part if among is None or self.names[i] in among]
                 ready = [i for i in part if self.names[i] not in refused]
-                order += self._order(ready, facts, now, in_flight) if ready else []
+                order += self._order(ready, facts, now, in_flight, turn) if ready else []
                 order += [i for i in part if self.names[i] in refused]
-            if self.strategy == "latency":
-                self._led[self.names[order[0]]] = now
-        return [self.deployments[i] for i in order]
+            if take:
+                self._turn = turn
+                if self.strategy == "latency" and order:
+                    self._led[self.names[order[0]]] = now
+        return order, turn
 
     def _order(
-        self, among: list[int], facts: CallFacts, now: float, in_flight: list[int]
+        self, among: list[int], facts: CallFacts, now: float, in_flight: list[int], turn: int
     ) -> list[int]:
-        """The deployments ``among`` (indexes) in the strategy's order for the call."""
+        """The deployments ``among`` (indexes) in the strategy's order for the call ranked
+        at ``turn``."""
         if self.strategy == "round_robin":
-            local = rotate(len(among), self._turn - 1)
+            local = rotate(len(among), turn - 1)
         elif self.strategy == "weighted":
             local = rank_by_weight([self.weights[i] for i in among], self._rng)
         elif self.strategy == "latency":
             tokens = self._answer_tokens(facts.request)
             local = self._by_latency(among, [in_flight[i] for i in among], now, tokens)
         elif self.strategy == "least_outstanding":  # a guess: the lease decides
-            local = rank_by_load([self._loads[i] for i in among], self._turn)
+            local = rank_by_load([self._loads[i] for i in among], turn)
         elif self.strategy == "headroom":
             shares = [share_at(self._headroom.get(self.names[i]), now) for i in among]
-            local = rank_by_headroom(shares, self._turn)
+            local = rank_by_headroom(shares, turn)
         elif self.strategy == "cheapest":
-            local = self._by_cost(among, facts)
+            local = self._by_cost(among, facts, turn)
         else:
             local = list(range(len(among)))
         return [among[j] for j in local]
@@ -292,7 +329,7 @@ class DeploymentGroup:
         shared = self.strategy == "least_outstanding"
         first = self.names.index(order[0].name)
         if not shared:
-            ask = LeaseAsk(self.name, self.names, first, self._turn, call_id, lease_s)
+            ask = LeaseAsk(self.name, self.names, first, self._turn + 1, call_id, lease_s)
             yield from leases.take_steps(ask)
             return list(order)
         mine = {route.name for route in order}  # a task's tier may hold some deployments only
@@ -306,7 +343,7 @@ class DeploymentGroup:
             if name in mine and self.regions[i] == self.regions[first]
         ]
         names = [self.names[i] for i in among]
-        ask = LeaseAsk(self.name, names, None, self._turn, call_id, lease_s)
+        ask = LeaseAsk(self.name, names, None, self._turn + 1, call_id, lease_s)
         index, counts = yield from leases.take_steps(ask)
         counts[index] += 1
         with self._lock:
@@ -421,7 +458,7 @@ class DeploymentGroup:
         ]
         return rank_by_latency(costs, self._rng, slack=self.slack, stale=old, buffer=self.buffer)
 
-    def _by_cost(self, among: list[int], facts: CallFacts) -> list[int]:
+    def _by_cost(self, among: list[int], facts: CallFacts, turn: int) -> list[int]:
         """Positions in ``among`` (indexes): those that fit the call first, each by the
         call's price on it."""
         request = facts.request
@@ -431,7 +468,7 @@ class DeploymentGroup:
         routes = [self.deployments[i] for i in among]
         fit = [fits(d, facts.tokens_on(d) + (limit or 0), wanted) for d in routes]
         costs = [self._price(d, facts, output) for d in routes]
-        return rank_by_cost(costs, fit, self._turn)
+        return rank_by_cost(costs, fit, turn)
 
     @staticmethod
     def _price(route: Provider, facts: CallFacts, output: float) -> float:

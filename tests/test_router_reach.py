@@ -1,0 +1,96 @@
+"""A deployment group takes a call (its round goes on, its leader has led) only when the call
+reaches it: not when a call that another route, tier or group served ranked it on the way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule, TaskRouter
+from llmguard_sdk.testing import FakeProvider
+
+from .conftest import USER
+from .test_router import Clock
+
+
+@pytest.fixture
+def fakes() -> Iterator[dict[str, FakeProvider]]:
+    servers = {n: FakeProvider(name=n, model=f"m-{n}") for n in ("mini", "s0", "s1", "b0", "b1")}
+    for server in servers.values():
+        server.start()
+    yield servers
+    for server in servers.values():
+        server.stop()
+
+
+def _route(server: FakeProvider) -> OpenAICompatibleProvider:
+    return OpenAICompatibleProvider(server.base_url, model=server.model, name=server.name)
+
+
+def _group(name: str, *servers: FakeProvider, **options: object) -> DeploymentGroup:
+    routes = [_route(s) for s in servers]
+    return DeploymentGroup(name, routes, seed=5, **options)  # type: ignore[arg-type]
+
+
+def _tiers(mini: FakeProvider, big: DeploymentGroup) -> Guard:
+    tasks = TaskRouter(
+        tiers={"small": ["mini"], "large": [big.name]},
+        rules=[Rule("small", feature="chat")],
+        default="large",
+    )
+    return Guard([_route(mini), big], tasks=tasks, environ={})
+
+
+def test_a_tier_that_never_uses_the_group_leaves_its_round_alone(
+    fakes: dict[str, FakeProvider],
+) -> None:
+    big = _group("big", fakes["b0"], fakes["b1"], strategy="round_robin")
+    with _tiers(fakes["mini"], big) as guard:
+        for _ in range(10):
+            assert guard.chat(USER, feature="chat").route == "mini"
+            guard.chat(USER)  # the large tier: the group's round
+    # (was 0 and 10: each small-tier call ranked the group too, a turn each)
+    assert (fakes["b0"].stats.requests, fakes["b1"].stats.requests) == (5, 5)
+
+
+def test_a_call_served_by_the_group_its_model_selected_leaves_later_groups_alone(
+    fakes: dict[str, FakeProvider],
+) -> None:
+    small = _group("small", fakes["s0"], fakes["s1"], strategy="round_robin")
+    big = _group("big", fakes["b0"], fakes["b1"], strategy="round_robin")
+    with Guard([small, big], environ={}) as guard:
+        for _ in range(10):
+            guard.chat(USER, model="small")  # big is its failover only: never reached
+            guard.chat(USER, model="big")
+    served = {name: server.stats.requests for name, server in fakes.items()}
+    assert served == {"mini": 0, "s0": 5, "s1": 5, "b0": 5, "b1": 5}  # (was b0 0, b1 10)
+
+
+def test_a_call_of_another_tier_does_not_use_up_an_exploration(
+    fakes: dict[str, FakeProvider],
+) -> None:
+    """``b1`` is slow and not fed for five half-lives: the group's next call explores it.
+    A small-tier call in between ranked the group and marked ``b1`` as having led it, so
+    the large-tier call went to ``b0`` and ``b1`` waited another half-life."""
+    clock = Clock()
+    big = _group("big", fakes["b0"], fakes["b1"], half_life_s=0.3, clock=clock)
+    for name, seconds in (("b0", 0.01), ("b1", 1.0)) * 2:
+        big.observe(name, seconds, failed=False)  # measured (the first answer is not)
+    clock.now += 1.5
+    big.observe("b0", 0.01, failed=False)  # b0 fresh, b1 due for exploring
+    with _tiers(fakes["mini"], big) as guard:
+        assert guard.chat(USER, feature="chat").route == "mini"
+        assert guard.chat(USER).route == "b1"
+
+
+def test_calls_ranked_together_take_turns_when_they_reach_the_group() -> None:
+    routes = [OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="m", name=n) for n in "abc"]
+    group = DeploymentGroup("g", routes, strategy="round_robin")
+    first, first_turn = group.ranking()
+    second, second_turn = group.ranking()
+    assert first == second  # ranking alone takes no turn
+    assert group.reach(first, first_turn) == first
+    again = group.reach(second, second_turn)  # ranked again: the next turn
+    assert [r.name for r in again] == ["b", "c", "a"]
+    assert [r.name for r in group.ranked()] == ["c", "a", "b"]
