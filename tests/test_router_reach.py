@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule, TaskRouter
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
 from .test_router import Clock
@@ -94,3 +94,25 @@ def test_calls_ranked_together_take_turns_when_they_reach_the_group() -> None:
     again = group.reach(second, second_turn)  # ranked again: the next turn
     assert [r.name for r in again] == ["b", "c", "a"]
     assert [r.name for r in group.ranked()] == ["c", "a", "b"]
+
+
+def test_a_request_too_long_for_a_deployment_leaves_its_latency_alone(
+    fakes: dict[str, FakeProvider],
+) -> None:
+    """``b0`` says the request is over its context window: the call moves on to ``b1``, and
+    ``b0``'s estimate stays what it was (it counted as a failure: ``penalty_s``, 10 s, kept
+    the healthy deployment out of every call after it)."""
+    clock = Clock()  # (frozen: the estimates read back do not drift)
+    big = _group("big", fakes["b0"], fakes["b1"], strategy="ordered", clock=clock)
+    with Guard(big, environ={}) as guard:
+        for _ in range(4):
+            guard.chat(USER, model="big")
+        big.observe("b1", 0.01, failed=False)  # (ordered: b1 measured too)
+        before = big.latencies()
+        fakes["b0"].script(Fault(status=400, error_code="context_length_exceeded"))
+        assert guard.chat(USER, model="big").route == "b1"
+        assert fakes["b0"].stats.by_status.get(400) == 1
+    after = big.latencies()
+    assert after["b0"] == before["b0"]
+    assert after["b0"] is not None
+    assert after["b0"] < big.penalty_s

@@ -16,6 +16,7 @@ from ..breaker._guarded import refusal
 from ..context import CallContext, RetryDetails
 from ..errors import (
     AllRoutesFailedError,
+    BadRequestError,
     ContextLengthExceededError,
     ProviderError,
     ProviderTimeoutError,
@@ -55,6 +56,7 @@ __all__ = [
     "first_route",
     "is_route_failure",
     "keyed_request",
+    "measures_route",
     "note_attempt_timeout",
     "note_give_up",
     "note_retry",
@@ -71,6 +73,18 @@ __all__ = [
     "too_small_for",
     "with_new_keys",
 ]
+
+
+def measures_route(error: ProviderError) -> bool:
+    """Whether a failed attempt's ``error`` says how its route is doing (a failure its
+    group's latency and health estimate counts): a route failure, but none of a request the
+    provider refused as this request's fault (a 400 or 422: too long for the context window,
+    a kind of call the route cannot serve, a content policy or any refusal ``moves_on``
+    handed on), which moves the call on and says nothing of the route (a 402 or 404 does:
+    no credit, no such model there)."""
+    if isinstance(error, BadRequestError) and error.status_code not in (402, 404):
+        return False
+    return is_route_failure(error)
 
 
 def route_model(route: Provider, request: ChatRequest) -> str:

@@ -161,7 +161,8 @@ class Run:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         """An attempt's outcome: the breaker's record; the route's latency and headroom for
-        its group (a request the provider refused as wrong says nothing about the route, nor
+        its group (a request the provider refused as this request's fault, even when the call
+        moves on from it, a context window too small, says nothing about the route, nor
         does a call out of time before its request went out: its permit is given back).
         ``sample``: (whole time, time to the first token of a stream, output tokens) of an
         answer; ``headers``: its headers."""
@@ -175,7 +176,7 @@ class Run:
             if not breakers.recorded_here(name, error, seconds=seconds, probe=probe):
                 self.tail.add(breakers.record_steps(name, error, seconds=seconds, probe=probe))
         routing = self.stages.routing
-        if routing is not None and (error is None or routes.is_route_failure(error)):
+        if routing is not None and (error is None or routes.measures_route(error)):
             total, first, tokens = sample or (seconds, None, 0)
             routing.observe(
                 route.name, total, error=error, first_s=first, tokens=tokens, headers=headers
