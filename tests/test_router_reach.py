@@ -3,6 +3,7 @@ reaches it: not when a call that another route, tier or group served ranked it o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -116,3 +117,28 @@ def test_a_request_too_long_for_a_deployment_leaves_its_latency_alone(
     assert after["b0"] == before["b0"]
     assert after["b0"] is not None
     assert after["b0"] < big.penalty_s
+
+
+def test_a_slow_reader_of_a_stream_does_not_make_the_deployment_look_slow(
+    fakes: dict[str, FakeProvider],
+) -> None:
+    """The caller holds each chunk of ``b0``'s answer 0.1 s (it renders slowly): ``b0``'s
+    latency is the time spent waiting on ``b0``, not on the caller, and stays below
+    ``b1``'s, which answers in 0.3 s (it was measured at the caller's pace: whole seconds,
+    and a slow reader sent the group's calls away from a fast deployment)."""
+    clock = Clock()  # (frozen: the estimates read back do not drift)
+    big = _group("big", fakes["b0"], fakes["b1"], strategy="ordered", clock=clock)
+    for _ in range(2):
+        big.observe("b1", 0.3, failed=False)  # (the first answer is not measured)
+    with Guard(big, environ={}) as guard:
+        for _ in guard.chat(USER, stream=True):  # b0's first answer: not measured
+            pass
+        chunks = 0
+        for _ in guard.chat(USER, stream=True):
+            chunks += 1
+            time.sleep(0.1)
+    assert chunks > 3
+    latencies = big.latencies()
+    assert latencies["b0"] is not None
+    assert latencies["b1"] is not None
+    assert latencies["b0"] < latencies["b1"]

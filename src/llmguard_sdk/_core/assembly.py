@@ -99,6 +99,9 @@ class Assembler:
         self._shown = False  # a piece of OpenAI's refusal, or a thinking block, went out
         self.reasoned = False  # this route streamed reasoning or thinking the caller sees
         self.chunks = 0  # this route's so far
+        # how long the caller held the chunks handed to it (all, and before the first token):
+        # the caller's pace, not the provider's, left out of the latency measure
+        self._held_s = self._held_first_s = 0.0
 
     @property
     def delivered(self) -> bool:
@@ -143,12 +146,24 @@ class Assembler:
         """How long this attempt took to its first token (or until now, without one)."""
         return (self._first_token_at or time.monotonic()) - self.record.started
 
+    def held(self, seconds: float) -> None:
+        """The caller took ``seconds`` to ask for the next chunk after one was handed to it:
+        time the provider's pace is measured without."""
+        self._held_s += seconds
+        if self._first_token_at is None:
+            self._held_first_s += seconds
+
     def sample(self) -> tuple[float, float | None, int]:
         """(whole time, time to the first token, output tokens: reported, else one per
-        content chunk) of the attempt so far, for the router's latency measure."""
-        first = None if self._first_token_at is None else self._first_token_at - self.record.started
+        content chunk) of the attempt so far, for the router's latency measure: the time
+        spent waiting on the provider, not the time the caller held the chunks (a slow
+        reader says nothing of the deployment)."""
+        started = self.record.started
+        first = None
+        if self._first_token_at is not None:
+            first = self._first_token_at - started - self._held_first_s
         tokens = self.usage.output_tokens if self.usage is not None else len(self._text)
-        return time.monotonic() - self.record.started, first, tokens
+        return time.monotonic() - started - self._held_s, first, tokens
 
     @property
     def text(self) -> str:
