@@ -29,6 +29,7 @@ from ..models import INCOMPLETE_FINISH_REASONS, ChatResponse
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.cascade import Cascade
+from ..router.moves import is_route_failure
 from ..router.tasks import TaskRouter
 from . import filters
 from .routing import members as chain_members
@@ -42,7 +43,7 @@ from .stages import (
 
 __all__ = ["TaskChoice", "TaskRouting", "acomplete", "complete", "metric_reason"]
 
-_ESCALATING = (ProviderError, AllRoutesFailedError, CircuitOpenError, RateLimitExceededError)
+_ESCALATING = (AllRoutesFailedError, CircuitOpenError, RateLimitExceededError)
 Attributes = dict[str, str | bool | int | float]
 Plan = Generator[Stages, ChatResponse | Exception, ChatResponse]
 """A cascade's plan: yields each tier's stages, receives its answer or error."""
@@ -242,11 +243,22 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
         if isinstance(outcome, _Rejected):
             cost = outcome.response.cost_usd
             choice.tried.append(Tried(tier, outcome.reason, outcome.response.route, cost))
-        elif cascade.on_error and isinstance(outcome, _ESCALATING) and not filters.late(outcome):
+        elif cascade.on_error and _routes_failed(outcome, stages) and not filters.late(outcome):
             choice.tried.append(Tried(tier, "error", None, _unserved_usd(ctx, stages)))
         else:
             raise outcome
     raise AssertionError("unreachable: the last tier returns or raises")
+
+
+def _routes_failed(error: Exception, stages: Stages) -> bool:
+    """Whether a tier's ``error`` says its routes failed (every one: a provider error each
+    route's fault, open breakers, no rate-limit room), which escalates; not an error of the
+    request itself that stopped the tier's chain (a 400, a content policy refusal: what
+    the Guard's ``moves_on``, else :func:`~llmguard_sdk.router.is_route_failure`, does not
+    move on from), raised as a plain chain raises it."""
+    if isinstance(error, ProviderError):
+        return (stages.moves_on or is_route_failure)(error)
+    return isinstance(error, _ESCALATING)
 
 
 def _unserved_usd(ctx: CallContext, stages: Stages) -> float | None:

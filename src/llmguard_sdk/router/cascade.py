@@ -50,9 +50,12 @@ class Cascade:
         tiers: two or more tier names of the :class:`~llmguard_sdk.router.TaskRouter`.
         checks: run in order on each answer of a tier but the last; the first to reject it
             sends the call to the next tier (default: :func:`finish_reason`).
-        on_error: escalate when every route of a tier failed (a provider error, open
-            breakers, no rate-limit room), instead of raising. An output filter that ran
-            past the call's deadline is raised (the next tier would have no time left).
+        on_error: escalate when every route of a tier failed (a provider error each
+            route's fault, open breakers, no rate-limit room), instead of raising. An error
+            of the request itself that stops the tier's chain (a 400, a content policy
+            refusal: one the Guard's ``moves_on`` does not move on from) is raised, as a
+            plain chain raises it. An output filter that ran past the call's deadline is
+            raised (the next tier would have no time left).
         on_output_filter: escalate when an output filter of the Guard refuses a tier's
             answer (a :class:`~llmguard_sdk.errors.GuardrailRejectedError`), instead of
             raising.
