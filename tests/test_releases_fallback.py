@@ -4,7 +4,7 @@ failure; ``ReleasePlan(fallback_to_current=False)`` keeps the canary's errors.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -41,12 +41,24 @@ def route(fake: FakeProvider) -> OpenAICompatibleProvider:
 
 
 def _guard(
-    current: Release, candidate: Release, telemetry: Telemetry | bool = False, **plan: Any
+    current: Release,
+    candidate: Release,
+    telemetry: Telemetry | bool = False,
+    guard_args: Mapping[str, Any] | None = None,
+    **plan: Any,
 ) -> Guard:
+    """A Guard serving ``current`` with a canary of ``candidate`` at 50 % (``guard_args``:
+    more of the Guard's arguments; ``plan``: the ReleasePlan's)."""
     policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
     releases = ReleasePlan(current, candidate=candidate, canary=policy, **plan)
     guard = Guard(
-        release=releases, environ={}, prices=PRICES, retry=None, breaker=None, telemetry=telemetry
+        release=releases,
+        environ={},
+        prices=PRICES,
+        retry=None,
+        breaker=None,
+        telemetry=telemetry,
+        **(guard_args or {}),
     )
     assert guard.releases is not None
     guard.releases.start_now()

@@ -114,7 +114,7 @@ def _route_loop(run: Run) -> Plan:
                 if waited is not None:
                     previous_wait = waited
                     continue
-                run.leave_route(route, exc)
+                run.leave_route(route, exc, order)
                 break
             ctx.route = route.name
             return response

@@ -319,13 +319,14 @@ def _outcome(state: _Race) -> Outcome:
         raise state.unexpected
     if state.winner is None:
         for name, error in state.errors.items():
-            routes.fall_through(
+            if routes.fall_through(
                 run.ctx,
                 state.legs[name].route,
                 error,
                 delivered=False,
                 moves_on=run.stages.moves_on,
-            )
+            ):
+                run.skip_to_current()  # (a canary call's candidate refused its request)
         return None
     run.ctx.route_errors.update(state.errors)
     return _won(run, *state.winner, state.won_usage)

@@ -70,6 +70,7 @@ __all__ = [
     "stale_response",
     "stands_in",
     "still_fits",
+    "to_current",
     "too_small_for",
     "with_new_keys",
 ]
@@ -260,7 +261,7 @@ def fall_through(
     *,
     delivered: bool,
     moves_on: Callable[[ProviderError], bool] | None = None,
-) -> None:
+) -> bool:
     """Record a route's failure, or re-raise it when the next route must not be tried.
 
     The chain moves on after errors that belong to the route: unavailable, timeouts, 429,
@@ -268,12 +269,28 @@ def fall_through(
     context window too small. It stops on a request the provider refused as wrong (400, 422
     ...), which would fail everywhere, and on a stream that already delivered text.
     ``moves_on`` replaces :func:`is_route_failure` when the Guard was given one.
+
+    Everywhere is the arm's routes: a canary call's candidate sends its own request (its
+    prompt, parameters, model), so its refusal says nothing of the current release's. Such a
+    call goes on to its fallback routes (see :func:`to_current`): True, the candidate's
+    routes left are skipped (they would refuse it too).
     """
     ctx.route_errors[route.name] = error
     if delivered or isinstance(error, StreamInterruptedError):
         raise error
     if not (moves_on or is_route_failure)(error):
-        raise error
+        if not to_current(ctx, route):
+            raise error
+        return True
+    return False
+
+
+def to_current(ctx: CallContext, route: Provider) -> bool:
+    """Whether a request error from ``route`` moves the call to the current release's
+    routes: it is a canary call's, still on its candidate (``route`` is none of its
+    fallback routes), with fallback routes (``ReleasePlan(fallback_to_current=True)``)."""
+    fallback = ctx.fallback_routes
+    return ctx.arm == "canary" and bool(fallback) and all(r.name != route.name for r in fallback)
 
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:

@@ -294,9 +294,13 @@ class Run:
 
     # -- leaving a route ------------------------------------------------------------------------
 
-    def leave_route(self, route: Provider, error: ProviderError) -> None:
+    def leave_route(
+        self, route: Provider, error: ProviderError, order: list[Provider] | None = None
+    ) -> None:
         """After a route's last attempt: continue an interrupted stream on the next route,
-        or fall through to it (raising when the next route must not be tried)."""
+        or fall through to it (raising when the next route must not be tried). A canary
+        call whose candidate refused its request as wrong skips the candidate's routes left
+        (``order``: the routes left, narrowed in place) for the current release's."""
         ctx = self.ctx
         if self.interrupted is not None and not self.delivered:
             # A continuation failed: the caller has text, so the error to raise stays the
@@ -319,9 +323,19 @@ class Run:
             self.request = routes.continuation_request(ctx.request, self.carried)
             ctx.continue_with(self.request)
             return
-        routes.fall_through(
+        if routes.fall_through(
             ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
-        )
+        ):
+            self.skip_to_current(order)
+
+    def skip_to_current(self, order: list[Provider] | None = None) -> None:
+        """A canary call's candidate refused its request as wrong (see
+        :func:`~.routes.fall_through`): its routes left are not tried (counted as used up,
+        and taken out of ``order``), its fallback routes are next."""
+        fallback = {r.name for r in self.ctx.fallback_routes}
+        self.tried.update(r.name for r in self.stages.routes if r.name not in fallback)
+        if order is not None:
+            order[:] = [r for r in order if r.name in fallback]
 
     def no_route_left(self) -> Generator[Any, Any, ChatResponse]:
         """A stale or degraded answer when no route served the call, else the error. The

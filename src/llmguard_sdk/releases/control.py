@@ -185,7 +185,8 @@ class ReleaseControl:
 
     def fall_back(self, ctx: CallContext) -> bool:
         """Serve the canary call ``ctx`` from the current release from now on (its
-        candidate's routes all failed; its fallback routes are next): the request becomes the
+        candidate's routes all failed, or refused its request as wrong; its fallback routes
+        are next): the request becomes the
         one the current release shapes from the call's own (its prompt and parameters; an
         output limit the Guard set or lowered, a budget's, is kept), and the call's release,
         prompt version and release cache tag become the current release's (what telemetry
