@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llmguard_sdk import Guard
-from llmguard_sdk.errors import BadRequestError, GuardrailRejectedError
+from llmguard_sdk.errors import BadRequestError, ContentPolicyError, GuardrailRejectedError
 from llmguard_sdk.models import ChatRequest
 from llmguard_sdk.releases import Release
 from llmguard_sdk.releases.policy import in_canary
@@ -122,3 +122,14 @@ def test_the_guards_own_refusal_of_the_input_does_not_fall_back(fakes: Any) -> N
     with filtered as guard, pytest.raises(GuardrailRejectedError):
         guard.chat(USER, user=INSIDE)
     assert (len(a.requests), len(b.requests)) == (0, 0)
+
+
+def test_a_content_filters_refusal_goes_to_no_other_provider(fakes: Any) -> None:
+    """A content filter's refusal stops the chain so the prompt goes to no other provider:
+    a canary call keeps that rule (``moves_on=`` can hand it on)."""
+    a, b, _ = fakes
+    b.always(Fault(status=400, error_code="content_policy_violation"))
+    current, candidate = Release("bot", "v1", route(a)), Release("bot", "v2", route(b))
+    with _guard(current, candidate) as guard, pytest.raises(ContentPolicyError):
+        guard.chat(USER, user=INSIDE)
+    assert (len(b.requests), len(a.requests)) == (1, 0)

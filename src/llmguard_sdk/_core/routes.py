@@ -17,6 +17,7 @@ from ..context import CallContext, RetryDetails
 from ..errors import (
     AllRoutesFailedError,
     BadRequestError,
+    ContentPolicyError,
     ContextLengthExceededError,
     ProviderError,
     ProviderTimeoutError,
@@ -279,18 +280,22 @@ def fall_through(
     if delivered or isinstance(error, StreamInterruptedError):
         raise error
     if not (moves_on or is_route_failure)(error):
-        if not to_current(ctx, route):
+        if not to_current(ctx, route, error):
             raise error
         return True
     return False
 
 
-def to_current(ctx: CallContext, route: Provider) -> bool:
-    """Whether a request error from ``route`` moves the call to the current release's
-    routes: it is a canary call's, still on its candidate (``route`` is none of its
-    fallback routes), with fallback routes (``ReleasePlan(fallback_to_current=True)``)."""
+def to_current(ctx: CallContext, route: Provider, error: ProviderError) -> bool:
+    """Whether ``error``, a request error from ``route``, moves the call to the current
+    release's routes: it is a canary call's, still on its candidate (``route`` is none of
+    its fallback routes), with fallback routes (``ReleasePlan(fallback_to_current=True)``).
+    Not a content filter's refusal: the prompt goes to no other provider (``moves_on=``
+    can hand it on)."""
     fallback = ctx.fallback_routes
-    return ctx.arm == "canary" and bool(fallback) and all(r.name != route.name for r in fallback)
+    if ctx.arm != "canary" or not fallback or isinstance(error, ContentPolicyError):
+        return False
+    return all(r.name != route.name for r in fallback)
 
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:
