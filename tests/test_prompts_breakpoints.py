@@ -127,3 +127,20 @@ def test_automatic_caching_takes_a_place_at_the_end(
     body = api.requests[-1].body
     assert body["cache_control"] == control
     assert json.dumps(body).count("cache_control") == 2 + added
+
+
+def openai_marked(text: str) -> dict[str, Any]:
+    """A content part openai's way: ``prompt_cache_breakpoint`` ends a reusable prefix."""
+    return {"type": "text", "text": text, "prompt_cache_breakpoint": {"mode": "explicit"}}
+
+
+def test_no_converted_breakpoint_before_a_one_hour_one(api: FakeProvider, guard: Guard) -> None:
+    """openai's mark became a 5-minute breakpoint before the caller's 1-hour one: Claude's 400
+    (the fake provider's). It is left out, as the builder's are there."""
+    later = {"type": "text", "text": "B " * 50, "cache_control": HOUR}
+    after = openai_marked("C " * 50)
+    parts = [openai_marked("A " * 50), later, after, {"type": "text", "text": "question"}]
+    guard.chat([{"role": "user", "content": parts}], max_tokens=5)
+    content = api.requests[-1].body["messages"][0]["content"]
+    assert [block.get("cache_control") for block in content] == [None, HOUR, FIVE, None]
+    assert "prompt_cache_breakpoint" not in json.dumps(content)

@@ -121,9 +121,7 @@ def add_cache_breakpoints(
     .. versionchanged:: 0.2.0 the request's own breakpoints no longer switch these off (its
        static part was never read from the cache when a caller marked a later block).
     """
-    own = _breakpoints(system, messages, tools)
-    if automatic is not None:  # (on the last block: after every other)
-        own.append(((3, 0, 0), _longer({"cache_control": automatic})))
+    own = own_breakpoints(system, messages, tools, automatic)
     room = MOST_BREAKPOINTS - len(own)
     marked = {place for place, _longer in own}
     longest = max((place for place, longer in own if longer), default=None)
@@ -142,8 +140,25 @@ Place = tuple[int, int, int]
 caching's, after them all."""
 
 
+def own_breakpoints(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    automatic: object = None,
+) -> list[tuple[Place, bool]]:
+    """The request's own Anthropic breakpoints (``cache_control``), in the order Claude reads
+    them: each one's place and whether it lives longer than Claude's default 5 minutes;
+    ``automatic``, a top-level ``cache_control`` (automatic caching), is one after them all."""
+    own = _breakpoints(system, messages, tools)
+    if automatic is not None:  # (on the last block: after every other)
+        own.append(((3, 0, 0), _longer({"cache_control": automatic})))
+    return own
+
+
 def _breakpoints(
-    system: list[dict[str, Any]], messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
 ) -> list[tuple[Place, bool]]:
     """The request's own breakpoints, one per marked block: its place, and whether it lives
     longer than Claude's default 5 minutes (a tool result's inner blocks at the result's)."""

@@ -32,7 +32,8 @@ here as pure functions:
   content parts or tools are sent as they are, and openai's ``prompt_cache_breakpoint`` on a
   content part (the same mark: the end of a reusable prefix) is Claude's
   ``cache_control: {"type": "ephemeral"}`` on that block (the latest ones, as many as Claude
-  takes: :data:`MAX_CACHE_BREAKPOINTS` in all).
+  takes: :data:`MAX_CACHE_BREAKPOINTS` in all; none before one of the request's own with
+  ``"ttl": "1h"``, which Claude would refuse: that mark is left out).
 * answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
   mapped to OpenAI's finish reasons where they have its meaning (:data:`STOP_REASONS`; one
   they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -65,6 +66,7 @@ from ..prompts.adapters import (
     STATIC_MESSAGES_KEY,
     add_cache_breakpoints,
 )
+from ._anthropic_breakpoints import OPENAI_BREAKPOINT, convert_breakpoints
 from ._anthropic_params import add_extra_body, add_output_format
 from ._anthropic_sampling import RefusedSampling, SamplingRetries
 from ._anthropic_tools import claude_tool, claude_tool_choice
@@ -113,7 +115,6 @@ OpenAI counterpart and is no complete ``stop``. The raw reason is always in the 
 ``metadata["stop_reason"]`` (a stream's, on the chunk that finishes it)."""
 MAX_CACHE_BREAKPOINTS = MOST_BREAKPOINTS
 """The most blocks with ``cache_control`` Claude takes in one request (it answers 400 to more)."""
-_OPENAI_BREAKPOINT = "prompt_cache_breakpoint"  # openai's, on a content part
 _JSON_ERRORS = (ValueError, RecursionError)
 
 
@@ -212,7 +213,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
         else:
             messages.append({"role": role, "content": blocks})
         position[index] = len(messages)
-    _cache_breakpoints(system, messages, request.tools)
+    convert_breakpoints(system, messages, request.tools)
     for message in messages:  # plain single-text turns stay plain strings
         content = message["content"]
         if (
@@ -304,25 +305,6 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return [_part(dict(part)) for part in content]
 
 
-def _cache_breakpoints(
-    system: list[dict[str, Any]],
-    messages: list[dict[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-) -> None:
-    """openai's ``prompt_cache_breakpoint`` on content blocks (the end of a reusable prefix)
-    as Claude's ``cache_control`` (in place): the latest ones, as many as Claude takes beside
-    the request's own (:data:`MAX_CACHE_BREAKPOINTS`; OpenAI also writes the latest only),
-    each ``{"type": "ephemeral"}`` (Claude's default lifetime, renewed by each read: a 1-hour
-    ``ttl`` would have to come before every shorter one); none reaches Claude as it is."""
-    blocks = [b for m in messages if isinstance(m["content"], list) for b in m["content"]]
-    blocks = [*system, *blocks]
-    own = sum("cache_control" in b for b in [*blocks, *(tools or ())])
-    marked = [b for b in blocks if b.pop(_OPENAI_BREAKPOINT, None) and "cache_control" not in b]
-    room = max(0, MAX_CACHE_BREAKPOINTS - own)
-    for block in marked[max(0, len(marked) - room) :] if room else ():
-        block["cache_control"] = {"type": "ephemeral"}
-
-
 def _part(part: dict[str, Any]) -> dict[str, Any]:
     if part.get("type") != "image_url":
         return part  # text (with any cache_control), or already Anthropic-shaped
@@ -336,7 +318,7 @@ def _part(part: dict[str, Any]) -> dict[str, Any]:
     else:
         source = {"type": "url", "url": url}
     block: dict[str, Any] = {"type": "image", "source": source}
-    for key in ("cache_control", _OPENAI_BREAKPOINT):
+    for key in ("cache_control", OPENAI_BREAKPOINT):
         if key in part:
             block[key] = part[key]
     return block

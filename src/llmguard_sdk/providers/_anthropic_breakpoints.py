@@ -1,0 +1,48 @@
+"""openai's ``prompt_cache_breakpoint`` marks as Claude's ``cache_control`` breakpoints, within
+Claude's rules: four breakpoints in all at most, none of 5 minutes before one of an hour."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..prompts.adapters import MOST_BREAKPOINTS, Place, own_breakpoints
+
+OPENAI_BREAKPOINT = "prompt_cache_breakpoint"
+"""openai's mark on a content part: the end of a reusable prefix."""
+
+
+def convert_breakpoints(
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+) -> None:
+    """openai's ``prompt_cache_breakpoint`` on content blocks (the end of a reusable prefix)
+    as Claude's ``cache_control`` (in place): the latest ones, as many as Claude takes beside
+    the request's own (:data:`~llmguard_sdk.prompts.adapters.MOST_BREAKPOINTS`; OpenAI also
+    writes the latest only), each ``{"type": "ephemeral"}`` (Claude's default lifetime,
+    renewed by each read), and none before one of the request's own that lives longer
+    (``"ttl": "1h"``: Claude refuses a shorter-lived one before it, and the caller's lifetime
+    is not lengthened for it); none reaches Claude as it is."""
+    own = own_breakpoints(system, messages, tools)
+    longest = max((place for place, longer in own if longer), default=None)
+    marked = [
+        (place, block)
+        for place, block in _placed(system, messages)
+        if block.pop(OPENAI_BREAKPOINT, None) and "cache_control" not in block
+    ]
+    kept = [block for place, block in marked if longest is None or place > longest]
+    room = max(0, MOST_BREAKPOINTS - len(own))
+    for block in kept[max(0, len(kept) - room) :] if room else ():
+        block["cache_control"] = {"type": "ephemeral"}
+
+
+def _placed(
+    system: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> list[tuple[Place, dict[str, Any]]]:
+    """The system's and the messages' content blocks, each with its place."""
+    placed: list[tuple[Place, dict[str, Any]]] = [((1, i, 0), b) for i, b in enumerate(system)]
+    for i, message in enumerate(messages):
+        content = message["content"] if isinstance(message["content"], list) else ()
+        placed += [((2, i, j), block) for j, block in enumerate(content)]
+    return placed
