@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import Guard
+from llmguard_sdk import ChatRequest, Guard, Message
 from llmguard_sdk.errors import BadRequestError
 from llmguard_sdk.prompts import PromptBuilder, add_cache_breakpoints
 from llmguard_sdk.testing import FakeProvider
@@ -144,3 +144,29 @@ def test_no_converted_breakpoint_before_a_one_hour_one(api: FakeProvider, guard:
     content = api.requests[-1].body["messages"][0]["content"]
     assert [block.get("cache_control") for block in content] == [None, HOUR, FIVE, None]
     assert "prompt_cache_breakpoint" not in json.dumps(content)
+
+
+@pytest.mark.parametrize("builder", [False, True])
+def test_automatic_caching_counts_beside_converted_marks(
+    api: FakeProvider, guard: Guard, builder: bool
+) -> None:
+    """A top-level ``cache_control`` is a breakpoint too: four openai marks beside it were
+    five, Claude's 400 (the fake provider's). The latest marks are kept; a builder's static
+    part keeps its breakpoint before them (the earliest marks are left out first)."""
+    parts = [openai_marked(f"doc{i} " * 40) for i in range(4)]
+    automatic: Any = {"cache_control": FIVE}
+    if builder:
+        prompt = PromptBuilder("handbook", instructions=STATIC, drift=None).build(parts)
+        request = prompt.request(max_tokens=5, extra_body=automatic)
+    else:
+        request = ChatRequest(
+            messages=[Message(role="user", content=parts)], max_tokens=5, extra_body=automatic
+        )
+    guard.chat(request=request)
+    body = api.requests[-1].body
+    assert body["cache_control"] == FIVE
+    assert json.dumps(body).count("cache_control") == 4
+    content = body["messages"][-1]["content"]
+    marked = [i for i, block in enumerate(content) if "cache_control" in block]
+    assert marked == ([2, 3] if builder else [1, 2, 3])
+    assert builder == ("cache_control" in (body.get("system") or [{}])[-1])

@@ -16,24 +16,37 @@ def convert_breakpoints(
     system: list[dict[str, Any]],
     messages: list[dict[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None,
+    *,
+    automatic: object = None,
+    static: Place | None = None,
 ) -> None:
     """openai's ``prompt_cache_breakpoint`` on content blocks (the end of a reusable prefix)
     as Claude's ``cache_control`` (in place): the latest ones, as many as Claude takes beside
-    the request's own (:data:`~llmguard_sdk.prompts.adapters.MOST_BREAKPOINTS`; OpenAI also
-    writes the latest only), each ``{"type": "ephemeral"}`` (Claude's default lifetime,
-    renewed by each read), and none before one of the request's own that lives longer
-    (``"ttl": "1h"``: Claude refuses a shorter-lived one before it, and the caller's lifetime
-    is not lengthened for it); none reaches Claude as it is."""
-    own = own_breakpoints(system, messages, tools)
+    the request's own (:data:`~llmguard_sdk.prompts.adapters.MOST_BREAKPOINTS` in all, a
+    top-level ``cache_control``, ``automatic``, counted: OpenAI also writes the latest only),
+    each ``{"type": "ephemeral"}`` (Claude's default lifetime, renewed by each read), and none
+    before one of the request's own that lives longer (``"ttl": "1h"``: Claude refuses a
+    shorter-lived one before it, and the caller's lifetime is not lengthened for it); none
+    reaches Claude as it is. ``static`` is where a PromptBuilder's static part ends (its
+    breakpoint, :func:`~llmguard_sdk.prompts.add_cache_breakpoints`'s, goes there next): a
+    mark there is kept first, and otherwise one place is left for it."""
+    own = own_breakpoints(system, messages, tools, automatic)
     longest = max((place for place, longer in own if longer), default=None)
     marked = [
         (place, block)
         for place, block in _placed(system, messages)
         if block.pop(OPENAI_BREAKPOINT, None) and "cache_control" not in block
     ]
-    kept = [block for place, block in marked if longest is None or place > longest]
-    room = max(0, MOST_BREAKPOINTS - len(own))
-    for block in kept[max(0, len(kept) - room) :] if room else ():
+    kept = [(p, block) for p, block in marked if longest is None or p > longest]
+    room = MOST_BREAKPOINTS - len(own)
+    taken = {p for p, _ in own}
+    if static is not None and static not in taken and (longest is None or static > longest):
+        room -= 1  # (the static part's breakpoint, more valuable than any later one)
+        for place, block in kept:
+            if place == static:
+                block["cache_control"] = {"type": "ephemeral"}
+        kept = [(p, block) for p, block in kept if p != static]
+    for _, block in kept[max(0, len(kept) - room) :] if room > 0 else ():
         block["cache_control"] = {"type": "ephemeral"}
 
 

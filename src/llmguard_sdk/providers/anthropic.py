@@ -32,8 +32,9 @@ here as pure functions:
   content parts or tools are sent as they are, and openai's ``prompt_cache_breakpoint`` on a
   content part (the same mark: the end of a reusable prefix) is Claude's
   ``cache_control: {"type": "ephemeral"}`` on that block (the latest ones, as many as Claude
-  takes: :data:`MAX_CACHE_BREAKPOINTS` in all; none before one of the request's own with
-  ``"ttl": "1h"``, which Claude would refuse: that mark is left out).
+  takes: :data:`MAX_CACHE_BREAKPOINTS` in all, a top-level ``cache_control`` counted, and
+  a PromptBuilder's static part keeping its own before them; none before one of the
+  request's own with ``"ttl": "1h"``, which Claude would refuse: that mark is left out).
 * answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
   mapped to OpenAI's finish reasons where they have its meaning (:data:`STOP_REASONS`; one
   they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
@@ -213,7 +214,13 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
         else:
             messages.append({"role": role, "content": blocks})
         position[index] = len(messages)
-    convert_breakpoints(system, messages, request.tools)
+    convert_breakpoints(
+        system,
+        messages,
+        request.tools,
+        automatic=(request.extra_body or {}).get("cache_control"),
+        static=(1, static_blocks - 1, 0) if static is not None and static_blocks else None,
+    )
     for message in messages:  # plain single-text turns stay plain strings
         content = message["content"]
         if (
