@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import openai
@@ -276,3 +279,45 @@ def test_a_context_value_repeated_without_a_cycle_renders() -> None:
     shared = {"tier": "gold"}
     prompt = builder().build("hi", context={"account": [shared, shared]})
     assert '[{"tier":"gold"},{"tier":"gold"}]' in str(prompt.messages[-1].content)
+
+
+PAIRS = [("q1", "a1"), ("q2", "a2"), ("q3", "a3")]
+_HASHES = """
+from llmguard_sdk.prompts import PromptBuilder
+from llmguard_sdk import ConfigurationError
+try:
+    print(PromptBuilder("t", examples=set(PAIRS), drift=None, min_cache_tokens=None).prefix_hash)
+except ConfigurationError as exc:
+    print("refused:", exc)
+docs = {"Returns within 30 days.", "Delivery takes 3 days.", "Refunds go to the card."}
+print(PromptBuilder("t", documents=docs, drift=None, min_cache_tokens=None).prefix_hash)
+"""
+
+
+@pytest.mark.parametrize("unordered", [set(PAIRS), frozenset(PAIRS)])
+def test_examples_in_no_order_are_refused(unordered: Any) -> None:
+    """A set's order follows its items' hashes, which differ between processes
+    (PYTHONHASHSEED): the static text and ``prefix_hash`` did, so no two processes shared a
+    prefix cache. Examples keep the order given, so they must be given one."""
+    with pytest.raises(ConfigurationError, match="examples must be in an order"):
+        builder(examples=unordered)
+    with pytest.raises(ConfigurationError, match="examples must be in an order"):
+        builder().set_examples(unordered)
+    with pytest.raises(ConfigurationError, match="documents must be in an order"):
+        builder().set_documents({"Returns.", "Delivery."}, sort=False)
+    ordered = builder(examples=dict(PAIRS).items()).static_text  # (a dict keeps its order)
+    assert ordered == builder(examples=PAIRS).static_text
+
+
+def test_the_prefix_hash_is_the_same_in_every_process() -> None:
+    """Documents sorted (the default) may come in a set; examples in one are refused alike."""
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        code = f"PAIRS = {PAIRS!r}\n{_HASHES}"
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
+    assert next(iter(outputs)).startswith("refused: examples must be in an order")

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import ItemsView, Iterable, KeysView, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,15 +296,21 @@ class PromptBuilder:
     def set_examples(
         self, examples: Iterable[Example | tuple[str, str] | Mapping[str, str]]
     ) -> PromptBuilder:
-        """Set the few-shot examples (kept in the order given)."""
-        return self._replace(examples=tuple(_example(e) for e in _listed(examples, "examples")))
+        """Set the few-shot examples (kept in the order given: a ``set`` has none that lasts
+        from process to process and is a :class:`ConfigurationError`)."""
+        given = _listed(examples, "examples", ordered=True)
+        return self._replace(examples=tuple(_example(e) for e in given))
 
     def set_documents(
         self, documents: Iterable[Document | str | Mapping[str, str]], *, sort: bool = True
     ) -> PromptBuilder:
         """Set the reference documents, sorted by id, title and text unless ``sort=False``
-        (a single string is one document, not one per character)."""
-        given = [documents] if isinstance(documents, str) else _listed(documents, "documents")
+        (a single string is one document, not one per character; a ``set`` is sorted, and
+        with ``sort=False`` a :class:`ConfigurationError`, as for examples)."""
+        if isinstance(documents, str):
+            given: Iterable[Any] = [documents]
+        else:
+            given = _listed(documents, "documents", ordered=not sort)
         docs = [_document(d) for d in given]
         if sort:
             docs.sort(key=lambda d: d.sort_key)
@@ -494,10 +501,18 @@ def _check_settings(strict: object, drift: object, least: object, *headings: obj
         raise ConfigurationError("examples_heading and documents_heading must be strings")
 
 
-def _listed(values: Iterable[Any], what: str) -> Iterable[Any]:
-    """``values``, or a :class:`ConfigurationError` when they are not a collection of items."""
+def _listed(values: Iterable[Any], what: str, ordered: bool = False) -> Iterable[Any]:
+    """``values``, or a :class:`ConfigurationError` when they are not a collection of items
+    (with ``ordered``, also when they are a set: its order differs between processes, with
+    ``PYTHONHASHSEED``, and so would the static text kept in it; a dict's views keep the
+    dict's order)."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise ConfigurationError(f"{what} must be a list, not {type(values).__name__}")
+    if ordered and isinstance(values, AbstractSet) and not isinstance(values, KeysView | ItemsView):
+        raise ConfigurationError(
+            f"{what} must be in an order that is kept, a list, not {type(values).__name__}: its "
+            f"order differs between processes, and so would the prefix hash (pass a sorted list)"
+        )
     return values
 
 
