@@ -15,6 +15,7 @@ from ..tokens import count_text_tokens
 
 __all__ = [
     "Assembler",
+    "CallSlots",
     "has_content",
     "merge_metadata",
     "merge_tool_call_deltas",
@@ -86,6 +87,7 @@ class Assembler:
         self._last_content_at = 0.0
         self._text: list[str] = []
         self._tool_calls: dict[int, dict[str, Any]] = {}
+        self._slots = CallSlots()  # which of them each streamed piece belongs to
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.model = ""
@@ -127,7 +129,7 @@ class Assembler:
             self._last_content_at = now
             self._text.append(chunk.text)
         if chunk.tool_calls:
-            merge_tool_call_deltas(self._tool_calls, chunk.tool_calls)
+            merge_tool_call_deltas(self._tool_calls, chunk.tool_calls, self._slots)
         self.finish_reason = chunk.finish_reason or self.finish_reason
         self.usage = usable_usage(chunk.usage) or self.usage  # (a provider object's: bounded)
         self.model = chunk.model or self.model
@@ -260,12 +262,43 @@ def _extended(before: list[Any], more: list[Any]) -> list[Any]:
     return merged
 
 
-def call_index(delta: Mapping[str, Any], position: int) -> int:
-    """Which call a streamed tool-call piece belongs to: its ``index``, else (none, or not
-    an integer: Gemini's OpenAI-compatible stream sends whole calls without one) its
-    ``position`` in the chunk's list."""
-    index = delta.get("index")
-    return index if isinstance(index, int) else position
+class CallSlots:
+    """Which call each streamed tool-call piece of one answer belongs to (its call's key in
+    :func:`merge_tool_call_deltas`'s ``calls``).
+
+    A piece with an integer ``index`` belongs to that call, as OpenAI numbers them. A piece
+    without one (Gemini's OpenAI-compatible stream sends each parallel call whole, one call
+    a chunk, without an ``index``) belongs to the call its ``position`` in the chunk's list
+    went to last (at first the call keyed ``position``), unless it carries an ``id`` that
+    call's is not: then to the call of that ``id``, else to a new call after all so far.
+    ``calls``: those of the answer so far, to go on from.
+    """
+
+    def __init__(self, calls: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        self._ids: dict[int, str | None] = {
+            key: _call_id(call) for key, call in (calls or {}).items()
+        }
+        self._last: dict[int, int] = {}  # an index-less piece's position -> its call's key
+
+    def key(self, delta: Mapping[str, Any], position: int) -> int:
+        """The key of the call ``delta``, at ``position`` in its chunk's list, belongs to."""
+        index, call_id = delta.get("index"), _call_id(delta)
+        if isinstance(index, int):
+            key = index
+        else:
+            key = self._last.get(position, position)
+            if call_id is not None and self._ids.get(key) not in (None, call_id):
+                known = (k for k, other in self._ids.items() if other == call_id)
+                key = next(known, max(self._ids) + 1)
+            self._last[position] = key
+        if self._ids.get(key) is None:
+            self._ids[key] = call_id
+        return key
+
+
+def _call_id(call: Mapping[str, Any]) -> str | None:
+    found = call.get("id")
+    return found if isinstance(found, str) and found else None
 
 
 def call_function(call: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -275,15 +308,21 @@ def call_function(call: Mapping[str, Any]) -> Mapping[str, Any]:
     return function if isinstance(function, Mapping) else {}
 
 
-def merge_tool_call_deltas(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
-    """Fold streamed tool-call pieces into whole calls, keyed by their ``index``.
+def merge_tool_call_deltas(
+    calls: dict[int, dict[str, Any]],
+    deltas: list[dict[str, Any]],
+    slots: CallSlots | None = None,
+) -> None:
+    """Fold streamed tool-call pieces into whole calls, keyed as ``slots`` (the stream's
+    own, else one that goes on from ``calls``) keys them: by their ``index``.
 
     A stream sends each call's ``id``, ``type`` and ``function.name`` once and its
     ``function.arguments`` in pieces to be joined, as OpenAI's streaming format does.
     """
+    slots = slots or CallSlots(calls)
     for position, delta in enumerate(deltas):
         call = calls.setdefault(
-            call_index(delta, position), {"id": None, "type": "function", "function": {}}
+            slots.key(delta, position), {"id": None, "type": "function", "function": {}}
         )
         for key_name in ("id", "type"):
             if isinstance(delta.get(key_name), str) and delta[key_name]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.assembly import call_function, call_index
+from .._core.assembly import CallSlots, call_function
 from ..models import StreamChunk, Usage, openai_finish_reason
 from ._responses_reasoning import (
     ItemEvents,
@@ -305,6 +305,7 @@ class EventWriter:
         # calls (in the order they first came); each place's output item
         self._place: dict[int, int] = {}
         self._calls: dict[int, dict[str, Any]] = {}
+        self._slots = CallSlots()  # (a piece's call, as the Guard's assembly keys it)
         self._items: dict[str, ItemEvents] = {}  # a route's own reasoning items' events
 
     @property
@@ -360,7 +361,7 @@ class EventWriter:
             out += self._open("refusal")
             out += self._part_event("response.refusal.delta", "refusal", delta=refusal)
         for position, call in enumerate(chunk.tool_calls or ()):
-            out += self._call_delta(call, call_index(call, position))
+            out += self._call_delta(call, self._slots.key(call, position))
         answer.usage = chunk.usage or answer.usage
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
         return out

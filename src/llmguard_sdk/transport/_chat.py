@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._core.assembly import call_index
+from .._core.assembly import CallSlots
 from ..client import _call_arguments, _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, openai_finish_reason
@@ -115,6 +115,7 @@ class ChunkWriter:
         self._head = StreamHead(lambda: _wire.new_id("chatcmpl"))  # its id and created
         self._first = True
         self._places: dict[int, int] = {}  # a call's index as the route gave it -> its place
+        self._slots = CallSlots()  # (the call a piece is for, as the Guard's assembly keys it)
         self._fields: dict[str, Any] = {}  # the provider's system_fingerprint ..., on each
 
     def event(self, chunk: StreamChunk) -> bytes:
@@ -171,7 +172,7 @@ class ChunkWriter:
         gateway in front of Claude counts content blocks, Gemini sends none), and openai's
         stream helpers put a call at its ``index`` in their list. The call is the one the
         Guard's own assembly takes the piece for."""
-        place = self._places.setdefault(call_index(call, position), len(self._places))
+        place = self._places.setdefault(self._slots.key(call, position), len(self._places))
         return {**call, "index": place}
 
     def end(self) -> bytes:

@@ -36,7 +36,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .._core.assembly import call_function, call_index
+from .._core.assembly import CallSlots, call_function
 from ..client import _call_user
 from ..errors import LLMGuardError, RequestValidationError
 from ..models import ChatResponse, StreamChunk, Usage
@@ -408,6 +408,7 @@ class EventsWriter:
         self._block: int | None = None  # the open content block
         self._blocks = 0
         self._calls: dict[int, int] = {}  # tool call index -> block index
+        self._slots = CallSlots()  # (a piece's call, as the Guard's assembly keys it)
         self._finish: str | None = None
         self._stop: object = None  # an Anthropic route's own stop reason
         self._usage: Usage | None = None
@@ -467,7 +468,7 @@ class EventsWriter:
                 out += self._open({"type": "text", "text": ""})
             out += self._delta({"type": "text_delta", "text": chunk.text})
         for position, call in enumerate(chunk.tool_calls or ()):
-            index = call_index(call, position)
+            index = self._slots.key(call, position)
             function = call_function(call)
             if index not in self._calls:
                 block: dict[str, Any] = {
