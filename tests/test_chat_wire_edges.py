@@ -1,16 +1,19 @@
 """OpenAI-compatible chat answers that servers other than OpenAI's send, read as the answers
-they are: Gemini's parallel tool calls streamed whole without an ``index``."""
+they are: Gemini's parallel tool calls streamed whole without an ``index``; a message whose
+``content`` is null with its answer elsewhere (OpenAI's audio, vLLM's reasoning cut short)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
 from llmguard_sdk import Guard, OpenAICompatibleProvider, StreamChunk
 from llmguard_sdk._core.assembly import CallSlots, merge_tool_call_deltas
 from llmguard_sdk.transport._chat import ChunkWriter
 
-from .rawserver import RawServer, sse_head
+from .rawserver import RawServer, http_response, sse_head
 
 ASK: Any = [{"role": "user", "content": "weather and time"}]
 WEATHER: dict[str, Any] = {
@@ -100,3 +103,46 @@ def test_the_chat_seam_numbers_gemini_s_calls_apart() -> None:
         sent = json.loads(event.decode().removeprefix("data: "))
         indexes += [c["index"] for c in sent["choices"][0]["delta"]["tool_calls"]]
     assert indexes == [0, 1]
+
+
+def _completion(message: dict[str, Any], finish: str) -> bytes:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 16, "total_tokens": 26},
+    }
+    return http_response(json.dumps(body).encode())
+
+
+AUDIO = {"id": "audio_1", "data": "UklGRg==", "expires_at": 1, "transcript": "Hello there"}
+# (the message, its finish, what the answer's metadata holds of it)
+NULL_CONTENT: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
+    "openai audio": (
+        {"role": "assistant", "content": None, "refusal": None, "audio": AUDIO},
+        "stop",
+        {"message_fields": {"audio": AUDIO}},
+    ),
+    "vllm reasoning cut by max_tokens": (
+        {"role": "assistant", "reasoning_content": "Let me think", "content": None},
+        "length",
+        {"reasoning": "Let me think"},
+    ),
+    "nothing else": ({"role": "assistant", "content": None}, "content_filter", {}),
+}
+
+
+@pytest.mark.parametrize("case", list(NULL_CONTENT))
+def test_a_message_with_null_content_is_an_answer_asked_once(case: str) -> None:
+    message, finish, held = NULL_CONTENT[case]
+    with RawServer(_completion(message, finish)) as server:
+        route = OpenAICompatibleProvider(server.base_url, api_key="k", model="m")
+        with Guard([route]) as guard:
+            answer = guard.chat(ASK)
+    assert (answer.text, answer.finish_reason) == ("", finish)
+    assert answer.usage is not None
+    assert answer.usage.output_tokens == 16
+    assert held.items() <= answer.metadata.items()
+    assert len(server.received) == 1  # not retried as a malformed answer

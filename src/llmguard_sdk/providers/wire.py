@@ -93,12 +93,12 @@ def parse_completion(
         raise problem("response choice has no message")
     content = message.get("content")
     tool_calls = tool_calls_of(message.get("tool_calls"), problem)
-    refusal = str_or_none(message.get("refusal"))  # OpenAI's refusal, in place of content
     text = content_text(content)
     if text is None:
         raise problem("message content is neither a string nor a list of chunks")
-    if content is None and not tool_calls and refusal is None:
-        raise problem("message has neither content nor tool_calls")
+    # content null with nothing else is an answer too (empty text), as it is streamed: the
+    # answer can be elsewhere (OpenAI's audio, a reasoning parser's reasoning cut by
+    # max_tokens, a content filter's stop), and a retry would pay for it again
     metadata = choice_metadata(choices[0], message)  # its refusal, logprobs, reasoning
     fields = answer_fields(data)  # created, system_fingerprint, service_tier ...
     if fields:
