@@ -1,6 +1,7 @@
 """OpenAI-compatible chat answers that servers other than OpenAI's send, read as the answers
 they are: Gemini's parallel tool calls streamed whole without an ``index``; a message whose
-``content`` is null with its answer elsewhere (OpenAI's audio, vLLM's reasoning cut short)."""
+``content`` is null with its answer elsewhere (OpenAI's audio, vLLM's reasoning cut short);
+a stream's last, usage-only chunk without a ``choices`` key (FastChat's)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from llmguard_sdk import Guard, OpenAICompatibleProvider, StreamChunk
 from llmguard_sdk._core.assembly import CallSlots, merge_tool_call_deltas
 from llmguard_sdk.transport._chat import ChunkWriter
 
-from .rawserver import RawServer, http_response, sse_head
+from .rawserver import RawServer, chat_chunk_event, http_response, sse_head
 
 ASK: Any = [{"role": "user", "content": "weather and time"}]
 WEATHER: dict[str, Any] = {
@@ -146,3 +147,26 @@ def test_a_message_with_null_content_is_an_answer_asked_once(case: str) -> None:
     assert answer.usage.output_tokens == 16
     assert held.items() <= answer.metadata.items()
     assert len(server.received) == 1  # not retried as a malformed answer
+
+
+USAGE_ALONE = b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+USAGE_ALONE += b'"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}\n\n'
+
+
+def test_a_last_usage_chunk_without_choices_ends_the_stream_with_its_usage() -> None:
+    parts = (
+        chat_chunk_event({"role": "assistant", "content": "Hello"}),
+        chat_chunk_event({}, "stop"),
+        USAGE_ALONE,
+        b"data: [DONE]\n\n",
+    )
+    with RawServer(sse_head(), parts) as server:
+        route = OpenAICompatibleProvider(server.base_url, api_key="k", model="m")
+        with Guard([route]) as guard, guard.chat(ASK, stream=True) as stream:
+            text = "".join(chunk.text for chunk in stream)
+    assert text == stream.response.text == "Hello"
+    assert stream.response.finish_reason == "stop"
+    usage = stream.response.usage
+    assert usage is not None
+    assert (usage.input_tokens, usage.output_tokens, usage.estimated) == (9, 2, False)
+    assert len(server.received) == 1

@@ -149,6 +149,8 @@ class StreamState:
             event.get("usage"), service_tier=event.get("service_tier")
         )
         choices = event.get("choices")
+        if "choices" not in event and isinstance(event.get("usage"), dict):
+            choices = []  # a usage-only last chunk without choices (FastChat's), as with []
         if not isinstance(choices, list):
             raise self.failure(MalformedResponseError, "stream event has no choices list")
         text, finish, tool_calls, metadata = "", None, None, {}
