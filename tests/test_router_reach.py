@@ -3,14 +3,12 @@ reaches it: not when a call that another route, tier or group served ranked it o
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule, TaskRouter
-from llmguard_sdk.router.policy import rank_by_latency
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -144,31 +142,3 @@ def test_a_slow_reader_of_a_stream_does_not_make_the_deployment_look_slow(
     assert latencies["b0"] is not None
     assert latencies["b1"] is not None
     assert latencies["b0"] < latencies["b1"]
-
-
-def test_with_calls_further_apart_than_a_half_life_a_recovered_deployment_is_explored(
-    fakes: dict[str, FakeProvider],
-) -> None:
-    """``b1`` was slow (0.4 s) and is as fast as ``b0`` again; calls come 0.35 s apart on the
-    group's clock, over its half-life (0.3 s): each deployment is due for exploring at each
-    call, and the one unfed longest takes it (the cheapest stale one took every call:
-    ``b0``, and ``b1`` was never asked again)."""
-    clock = Clock()
-    big = _group("big", fakes["b0"], fakes["b1"], half_life_s=0.3, clock=clock)
-    for name, seconds in (("b1", 0.4), ("b0", 0.01)) * 2:
-        big.observe(name, seconds, failed=False)  # measured (the first answer is not)
-    with Guard(big, environ={}) as guard:
-        routes = []
-        for _ in range(10):
-            clock.now += 0.35
-            routes.append(guard.chat(USER).route)
-    assert (routes.count("b0"), routes.count("b1")) == (5, 5)  # (they take turns)
-
-
-def test_the_stale_deployment_unfed_longest_is_explored_first() -> None:
-    rng = random.Random(3)
-    assert (
-        rank_by_latency([0.1, 0.2, 0.3], rng, stale=[True, True, False], ages=[1.0, 2.0, 0.0])[0]
-        == 1
-    )
-    assert rank_by_latency([0.1, 0.2], rng, stale=[True, True])[0] == 0  # (no ages: the cheapest)

@@ -452,14 +452,11 @@ class DeploymentGroup:
             (estimates[i] if seen else best if n else 0.0) * (1 + n)
             for i, seen, n in zip(among, measured, in_flight, strict=True)
         ]
-        led = [self._led.get(self.names[i], 0.0) for i in among]
         old = [
-            stale(state, at, now, self.half_life_s) for state, at in zip(states, led, strict=True)
+            stale(state, self._led.get(self.names[i], 0.0), now, self.half_life_s)
+            for i, state in zip(among, states, strict=True)
         ]
-        ages = [now - max(state.updated, at) for state, at in zip(states, led, strict=True)]
-        return rank_by_latency(
-            costs, self._rng, slack=self.slack, stale=old, buffer=self.buffer, ages=ages
-        )
+        return rank_by_latency(costs, self._rng, slack=self.slack, stale=old, buffer=self.buffer)
 
     def _by_cost(self, among: list[int], facts: CallFacts, turn: int) -> list[int]:
         """Positions in ``among`` (indexes): those that fit the call first, each by the

@@ -21,8 +21,7 @@ it was last fed, so a deployment that was slow, or failed, a while ago is tried 
 can earn its way back. Only a *trickle* goes there: a deployment whose cost is more than
 ``slack`` times the best's takes no call from the ranking (it stays as failover); it is
 explored instead by one call once it has neither answered nor led a call for ``explore_s``
-(``half_life_s`` by default; several due: the one unfed longest first, so with calls further
-apart than that they take turns), and that one call, when it is still slow, raises its average
+(``half_life_s`` by default), and that one call, when it is still slow, raises its average
 to the peak again. Exploring also refreshes an average that one stray sample left high
 (the best's may have got worse since). A deployment's first answer pays for its connection
 (TLS, a cold pool) and is not measured. Within the band the ranking takes the power of two
@@ -169,18 +168,13 @@ def rank_by_latency(
     slack: float = math.inf,
     stale: Sequence[bool] = (),
     buffer: float = 0.0,
-    ages: Sequence[float] = (),
 ) -> list[int]:
-    """Indexes, best first: a ``stale`` deployment (when several are, the one ``ages`` says
-    went longest without answering or leading a call, then the cheapest), else the cheaper
-    of two drawn at random among those within ``slack`` times the lowest cost (the only one,
-    when one alone is), either of the two when their costs lie within ``buffer`` (a
-    fraction) of each other; then the rest by cost. (The oldest first: with calls further
-    apart than a half-life every deployment is stale at each call, and the cheapest first
-    explored the best one every time, never the others.)"""
+    """Indexes, best first: a ``stale`` deployment (the cheapest, when several are), else the
+    cheaper of two drawn at random among those within ``slack`` times the lowest cost (the
+    only one, when one alone is), either of the two when their costs lie within ``buffer``
+    (a fraction) of each other; then the rest by cost."""
     order = sorted(range(len(costs)), key=lambda i: costs[i])
-    due = [i for i in order if i < len(stale) and stale[i]]
-    explored = max(due, key=lambda i: ages[i] if i < len(ages) else 0.0, default=None)
+    explored = next((i for i in order if i < len(stale) and stale[i]), None)
     if explored is not None:
         return [explored] + [i for i in order if i != explored]
     if len(order) < 2:
