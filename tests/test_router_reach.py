@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import anyio
 import pytest
 
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule, TaskRouter
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER
+from .conftest import USER, redis_store
 from .test_router import Clock
 
 
@@ -142,3 +143,27 @@ def test_a_slow_reader_of_a_stream_does_not_make_the_deployment_look_slow(
     assert latencies["b0"] is not None
     assert latencies["b1"] is not None
     assert latencies["b0"] < latencies["b1"]
+
+
+@pytest.mark.redis
+def test_hedged_calls_ranked_together_take_turns_when_they_reach_the_group(
+    fakes: dict[str, FakeProvider], redis_url: str, redis_prefix: str
+) -> None:
+    """A hedged call's first leg goes where the group's turn sends it when the race starts:
+    nine concurrent calls (their hedge never fires) spread 3/3/3 over a round robin of three
+    (the race kept the route ranked at the call's start, the same for calls ranked
+    together: 9/0/0 with the state in Redis, where each call's opening awaits it)."""
+    servers = [fakes["s0"], fakes["s1"], fakes["b0"]]
+    for server in servers:
+        server.always(Fault(latency=0.2))
+    group = _group("g", *servers, strategy="round_robin")
+
+    async def burst() -> None:
+        async with anyio.create_task_group() as tasks:
+            for _ in range(9):
+                tasks.start_soon(guard.achat, USER)
+
+    store = redis_store(redis_url, redis_prefix)
+    with Guard(group, hedge_after=30.0, store=store, environ={}) as guard:
+        anyio.run(burst)
+    assert [s.stats.requests for s in servers] == [3, 3, 3]

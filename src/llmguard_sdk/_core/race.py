@@ -47,7 +47,10 @@ def hedge(run: Run) -> Generator[Any, Any, Outcome]:
         for r in routes.call_routes(ctx, run.stages)
         if r not in ctx.fallback_routes and not routes.too_small_for(ctx, r)
     ]  # (a fallback route is tried once the others failed: never raced beside them)
-    for index, first in enumerate(usable[:-1]):
+    for index in range(len(usable) - 1):
+        rest = usable[index + 1 :]  # (a group reached first takes the call, as in the loop)
+        first = usable[index] = reach(ctx, usable[index], rest, run.leases)
+        usable[index + 1 :] = rest
         admitted, reservation = yield from plan.admit(run, first)
         if not admitted:
             run.tried.add(first.name)
