@@ -95,7 +95,7 @@ def _route_loop(run: Run) -> Plan:
                     break  # no room for this route: a budget moved the call on
                 admitted, reservation = yield from admit(run, route)
                 if not admitted:
-                    _refused(run, route, previous)
+                    _refused(run, route, previous, order)
                     break
                 ctx.attempts += 1
             else:
@@ -121,12 +121,16 @@ def _route_loop(run: Run) -> Plan:
     return (yield from run.no_route_left())
 
 
-def _refused(run: Run, route: Provider, previous: ProviderError | None) -> None:
+def _refused(
+    run: Run, route: Provider, previous: ProviderError | None, order: list[Provider]
+) -> None:
     """``route`` refused an attempt (its breaker, its rate limit): when that was a retry,
-    the failure before it stays the route's error, and the chain moves on from it."""
+    the failure before it stays the route's error, and the chain moves on from it (past
+    ``order``'s candidate routes, as after the failure itself, when it sends a canary call
+    to the current release)."""
     if previous is not None:
         routes.refused_retry(run.ctx, route, previous)
-        run.leave_route(route, previous)
+        run.leave_route(route, previous, order)
 
 
 def _retry(
