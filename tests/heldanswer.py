@@ -23,6 +23,7 @@ class AnswerHeld:
         self.forwarded = 0
         self.pumps: set[asyncio.Task[None]] = set()
         self.kept: list[Any] = []  # the writers of held answers' connections, left open
+        self.closed = False
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -30,9 +31,11 @@ class AnswerHeld:
         return self.target._replace(netloc=f"127.0.0.1:{port}").geturl()
 
     async def __aexit__(self, *exc: object) -> None:
+        self.closed = True  # a connection still being opened is closed, not pumped
         self.server.close()
         for pump in self.pumps:
             pump.cancel()
+        await asyncio.gather(*self.pumps, return_exceptions=True)
         for writer in self.kept:
             writer.close()
 
@@ -40,10 +43,13 @@ class AnswerHeld:
         up_reader, up_writer = await asyncio.open_connection(
             self.target.hostname, self.target.port or 6379
         )
+        if self.closed:  # it arrived as the proxy closed: no pump would ever be awaited
+            up_writer.close()
+            writer.close()
+            return
         mine = {"held": False}
-        for pump in (self._out(reader, up_writer, mine), self._back(up_reader, writer, mine)):
-            task = asyncio.ensure_future(pump)
-            self.pumps.add(task)
+        self.pumps.add(asyncio.ensure_future(self._out(reader, up_writer, mine)))
+        self.pumps.add(asyncio.ensure_future(self._back(up_reader, writer, mine)))
 
     async def _out(self, reader: Any, writer: Any, mine: dict[str, bool]) -> None:
         while data := await reader.read(65536):
