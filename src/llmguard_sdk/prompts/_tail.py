@@ -18,6 +18,10 @@ continuation line, another key's line) is a :class:`RequestValidationError`.
 The user's text (a string, or a text part's ``text``) cannot forge the block either: its
 tags are escaped the same way, whether or not the call has a context (an application's
 instructions may name the block on every call), so only the library's block reads as one.
+So are the text of the history's turns of the user, the assistant (which may repeat a user's
+forged block) and tools (a fetched page may hold one): only the application's own turns
+(``system``, ``developer``) and what is no text (an assistant's tool calls, its thinking) are
+left as they are. A turn without such a tag is the very message given.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ _TAG_GAP = 32  # spaces or slashes between a tag's "<" and its name that still r
 _TAG = re.compile(rf"<(?=[\s/]{{0,{_TAG_GAP}}}context(?!\w))", re.IGNORECASE)
 _INDENT = "  "  # after a line break inside a context entry (a continuation line, not a key)
 _LINE_BREAK = re.compile("(\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029])")
+_ESCAPED_ROLES = frozenset({"user", "assistant", "tool"})  # history turns whose tags are escaped
 
 
 def history_messages(history: object) -> list[Message]:
-    """The history's turns as messages (a :class:`RequestValidationError` for what is none)."""
-    return [_message(m) for m in _history(history)]
+    """The history's turns as messages (a :class:`RequestValidationError` for what is none),
+    the tags of their text escaped where a user, the model or a tool wrote it."""
+    return [_escaped_turn(_message(m)) for m in _history(history)]
 
 
 def user_message(
@@ -73,6 +79,19 @@ def _message(value: Message | Mapping[str, Any]) -> Message:
         return Message.model_validate(value)
     except ValidationError as exc:
         raise RequestValidationError(f"invalid history message: {exc.errors()[0]['msg']}") from None
+
+
+def _escaped_turn(turn: Message) -> Message:
+    """``turn``, the tags of its text escaped (see :data:`_TAG`) unless the application wrote
+    it (a system or developer turn); the very message when it has none."""
+    content = turn.content
+    if turn.role not in _ESCAPED_ROLES or content is None:
+        return turn
+    if isinstance(content, str):
+        escaped: str | list[dict[str, Any]] = _TAG.sub("&lt;", content)
+    else:
+        escaped = [_escaped_part(part) for part in content]
+    return turn if escaped == content else turn.model_copy(update={"content": escaped})
 
 
 def _user_message(content: str | list[dict[str, Any]]) -> Message:

@@ -379,7 +379,8 @@ class PromptBuilder:
                 break inside an entry is followed by two spaces (a value without one
                 renders as it is); a key that could (empty, with a ``:``, a line break or
                 spaces at either end) is refused. The user's text gets the same escape of
-                those tags, so it cannot forge a block either.
+                those tags, so it cannot forge a block either, and so does the text of the
+                history's user, assistant and tool turns (not system or developer ones).
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
                 the tenant picks the cache key, and both are checked not to appear in the
                 static part.
