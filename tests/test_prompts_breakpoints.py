@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from llmguard_sdk import ChatRequest, Guard, Message
@@ -91,10 +92,15 @@ def test_no_five_minute_breakpoint_before_a_one_hour_one(api: FakeProvider, guar
     assert body["system"][-1]["cache_control"] == FIVE  # the builder's, after it
 
 
-def test_the_fake_provider_refuses_what_claude_refuses(guard: Guard) -> None:
+def test_the_fake_provider_refuses_what_claude_refuses(api: FakeProvider, guard: Guard) -> None:
+    """(Five of the caller's own the SDK refuses before sending them: the fake is asked
+    directly; see test_prompts_breakpoints_limit.py.)"""
     five = [{"type": "text", "text": f"part {i}", "cache_control": FIVE} for i in range(5)]
-    with pytest.raises(BadRequestError, match="maximum of 4 blocks"):
-        guard.chat([{"role": "user", "content": five}], max_tokens=5)
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": five}]}
+    headers = {"anthropic-version": "2023-06-01"}
+    answer = httpx.post(api.url + "/v1/messages", json=body, headers=headers)
+    assert answer.status_code == 400
+    assert "maximum of 4 blocks" in answer.text
     late = [
         {"type": "text", "text": "a", "cache_control": FIVE},
         {"type": "text", "text": "b", "cache_control": HOUR},

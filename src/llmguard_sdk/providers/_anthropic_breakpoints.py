@@ -1,11 +1,13 @@
 """openai's ``prompt_cache_breakpoint`` marks as Claude's ``cache_control`` breakpoints, within
-Claude's rules: four breakpoints in all at most, none of 5 minutes before one of an hour."""
+Claude's rules: four breakpoints in all at most, none of 5 minutes before one of an hour. A
+request with more than four of its own is refused before it is sent (Claude's 400)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import RequestValidationError
 from ..prompts.adapters import MOST_BREAKPOINTS, Place, own_breakpoints
 
 OPENAI_BREAKPOINT = "prompt_cache_breakpoint"
@@ -29,8 +31,18 @@ def convert_breakpoints(
     shorter-lived one before it, and the caller's lifetime is not lengthened for it); none
     reaches Claude as it is. ``static`` is where a PromptBuilder's static part ends (its
     breakpoint, :func:`~llmguard_sdk.prompts.add_cache_breakpoints`'s, goes there next): a
-    mark there is kept first, and otherwise one place is left for it."""
+    mark there is kept first, and otherwise one place is left for it.
+
+    More than four of the request's own are a :class:`RequestValidationError` naming where
+    they are (Claude answers 400 to them; which to drop only the caller knows)."""
     own = own_breakpoints(system, messages, tools, automatic)
+    if len(own) > MOST_BREAKPOINTS:
+        where = ", ".join(_named(place) for place, _ in own)
+        raise RequestValidationError(
+            f"the request has {len(own)} cache_control breakpoints of its own ({where}, in "
+            f"Claude's body); Claude takes {MOST_BREAKPOINTS} at most (a top-level "
+            "cache_control counts as one) and answers 400 to more: remove some"
+        )
     longest = max((place for place, longer in own if longer), default=None)
     marked = [
         (place, block)
@@ -59,3 +71,13 @@ def _placed(
         content = message["content"] if isinstance(message["content"], list) else ()
         placed += [((2, i, j), block) for j, block in enumerate(content)]
     return placed
+
+
+def _named(place: Place) -> str:
+    """Where a breakpoint is, in the words of Claude's request body."""
+    where, index, block = place
+    if where == 0:
+        return f"tools[{index}]"
+    if where == 1:
+        return f"system[{index}]"
+    return f"messages[{index}].content[{block}]" if where == 2 else "top-level cache_control"

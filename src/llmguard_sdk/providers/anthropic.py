@@ -29,12 +29,15 @@ here as pure functions:
 * prompt caching: requests built by a :class:`~llmguard_sdk.prompts.PromptBuilder` get
   ``cache_control`` breakpoints at the end of their static part (see
   :func:`~llmguard_sdk.prompts.add_cache_breakpoints`); breakpoints already in a request's
-  content parts or tools are sent as they are, and openai's ``prompt_cache_breakpoint`` on a
-  content part (the same mark: the end of a reusable prefix) is Claude's
-  ``cache_control: {"type": "ephemeral"}`` on that block (the latest ones, as many as Claude
-  takes: :data:`MAX_CACHE_BREAKPOINTS` in all, a top-level ``cache_control`` counted, and
-  a PromptBuilder's static part keeping its own before them; none before one of the
-  request's own with ``"ttl": "1h"``, which Claude would refuse: that mark is left out).
+  content parts or tools are sent as they are (more than :data:`MAX_CACHE_BREAKPOINTS` of
+  them, which Claude answers with a 400, are a
+  :class:`~llmguard_sdk.errors.RequestValidationError` before anything is sent), and
+  openai's ``prompt_cache_breakpoint`` on a content part (the same mark: the end of a
+  reusable prefix) is Claude's ``cache_control: {"type": "ephemeral"}`` on that block (the
+  latest ones, as many as Claude takes: :data:`MAX_CACHE_BREAKPOINTS` in all, a top-level
+  ``cache_control`` counted, and a PromptBuilder's static part keeping its own before them;
+  none before one of the request's own with ``"ttl": "1h"``, which Claude would refuse: that
+  mark is left out).
 * answers: text and ``tool_use`` blocks (as OpenAI-shaped ``tool_calls``), ``stop_reason``
   mapped to OpenAI's finish reasons where they have its meaning (:data:`STOP_REASONS`; one
   they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
