@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmguard_sdk import ChatRequest, Guard
+from llmguard_sdk import ChatRequest, Guard, Message
 from llmguard_sdk.errors import RequestValidationError
 from llmguard_sdk.prompts import PromptBuilder
 from llmguard_sdk.providers.anthropic import anthropic_params
@@ -30,7 +30,7 @@ def _marked(count: int) -> list[dict[str, Any]]:
 
 
 def _request(count: int, **fields: Any) -> ChatRequest:
-    return ChatRequest(messages=[{"role": "user", "content": _marked(count)}], **fields)
+    return ChatRequest(messages=[Message(role="user", content=_marked(count))], **fields)
 
 
 def _call(guard: Guard, request: ChatRequest, streaming: bool) -> str:
