@@ -24,8 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import ItemsView, Iterable, KeysView, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +36,7 @@ from ..context import current_scope
 from ..errors import ConfigurationError, PromptLintError, RequestValidationError
 from ..errors._base import lint_remedy
 from ..models import ChatRequest, Message
+from ._order import unordered
 from ._static import _Static
 from ._tail import history_messages, user_message
 from .adapters import (
@@ -297,7 +297,8 @@ class PromptBuilder:
         self, examples: Iterable[Example | tuple[str, str] | Mapping[str, str]]
     ) -> PromptBuilder:
         """Set the few-shot examples (kept in the order given: a ``set`` has none that lasts
-        from process to process and is a :class:`ConfigurationError`)."""
+        from process to process and is a :class:`ConfigurationError`, as is an iterator, a
+        generator expression or a ``map`` / ``filter`` / ``zip`` over one)."""
         given = _listed(examples, "examples", ordered=True)
         return self._replace(examples=tuple(_example(e) for e in given))
 
@@ -504,15 +505,16 @@ def _check_settings(strict: object, drift: object, least: object, *headings: obj
 
 def _listed(values: Iterable[Any], what: str, ordered: bool = False) -> Iterable[Any]:
     """``values``, or a :class:`ConfigurationError` when they are not a collection of items
-    (with ``ordered``, also when they are a set: its order differs between processes, with
-    ``PYTHONHASHSEED``, and so would the static text kept in it; a dict's views keep the
-    dict's order)."""
+    (with ``ordered``, also when they come in a set's order, :func:`~._order.unordered`: it
+    differs between processes, with ``PYTHONHASHSEED``, and so would the static text kept in
+    it; a dict's views keep the dict's order)."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise ConfigurationError(f"{what} must be a list, not {type(values).__name__}")
-    if ordered and isinstance(values, AbstractSet) and not isinstance(values, KeysView | ItemsView):
+    if ordered and unordered(values):
         raise ConfigurationError(
-            f"{what} must be in an order that is kept, a list, not {type(values).__name__}: its "
-            f"order differs between processes, and so would the prefix hash (pass a sorted list)"
+            f"{what} must be in an order that is kept, a list, not {type(values).__name__} in a "
+            "set's order: it differs between processes, and so would the prefix hash (pass a "
+            "sorted list)"
         )
     return values
 
