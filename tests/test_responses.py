@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -77,8 +78,11 @@ def test_provider_length_tools_and_errors(fake: FakeProvider) -> None:
         USER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "lookup"}}
     )
     assert call.finish_reason == "tool_calls"
+    assert call.tool_calls is not None
+    called = call.tool_calls[0]["id"]
+    assert re.fullmatch(r"call_[A-Za-z0-9]{24}", str(called))  # (new at each call)
     assert call.tool_calls == [
-        {"id": "call_fake_0", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        {"id": called, "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
     ]
     sent = fake.requests[-1].body
     assert sent is not None

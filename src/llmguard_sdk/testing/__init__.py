@@ -39,7 +39,9 @@ the batch APIs answer such requests alike. Each fragment of the arguments (JSON 
 names and values apart) counts one output token, and an output limit under their number cuts
 the call there, as the real APIs do: the arguments' first fragments (a Messages ``tool_use``
 block's ``input``: ``{}``) with ``finish_reason="length"``, ``stop_reason="max_tokens"`` or
-``status="incomplete"`` (``max_output_tokens``).
+``status="incomplete"`` (``max_output_tokens``). Each call's id is new, drawn at random in
+the API's shape: ``call_`` and 24 letters and digits (chat completions, the Responses API's
+``call_id``), ``toolu_01`` and 22 base58 characters (Messages).
 
 Request ids have each API's shape and are the same each run for a server's n-th request:
 OpenAI's ``x-request-id`` ``req_`` and 32 hex digits, Anthropic's ``request-id`` ``req_011C``

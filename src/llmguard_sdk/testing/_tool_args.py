@@ -19,6 +19,10 @@ and streamed: the arguments are a cut JSON string (a Messages ``tool_use`` block
 ``input`` is an object, gets the parameters whose values were whole before the cut, as
 Anthropic's buffered input has them; its stream sends the cut fragments) and the answer
 ends as one cut at the limit (``length``).
+
+Each call has ids of its own, shaped as the real APIs': ``call_`` and 24 letters and digits
+(chat completions' ``id``, the Responses API's ``call_id``), ``toolu_01`` and 22 base58
+characters (a Messages ``tool_use`` block's), drawn at random as the APIs' are.
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, replace
+import secrets
+import string
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ._pattern import pattern_example
+from ._wire import _BASE58
 
 _MAX_DEPTH = 8
+_ALNUM = string.ascii_letters + string.digits
 _FRAGMENT_RE = re.compile(r"\w+|\s+|[^\w\s]+")
 _FORMATS = {
     "date-time": "1970-01-01T00:00:00Z",
@@ -55,6 +63,8 @@ class _Call:
     name: str
     arguments: dict[str, Any]
     limit: int | None = None
+    chat_id: str = field(default_factory=lambda: _drawn("call_", _ALNUM, 24))
+    claude_id: str = field(default_factory=lambda: _drawn("toolu_01", _BASE58, 22))
 
     @property
     def json(self) -> str:
@@ -86,13 +96,13 @@ class _Call:
     def chat_call(self) -> dict[str, Any]:
         """A chat completion's ``tool_calls`` item."""
         function = {"name": self.name, "arguments": self.json}
-        return {"id": "call_fake_0", "type": "function", "function": function}
+        return {"id": self.chat_id, "type": "function", "function": function}
 
     def tool_use(self) -> dict[str, Any]:
         """A Messages ``tool_use`` content block."""
         return {
             "type": "tool_use",
-            "id": "toolu_fake_0",
+            "id": self.claude_id,
             "name": self.name,
             "input": self._complete_part() if self.cut else self.arguments,
         }
@@ -110,6 +120,11 @@ class _Call:
                 del kept[key]
                 break
         return kept
+
+
+def _drawn(prefix: str, alphabet: str, length: int) -> str:
+    """A new id: ``prefix`` and ``length`` characters of ``alphabet`` drawn at random."""
+    return prefix + "".join(secrets.choice(alphabet) for _ in range(length))
 
 
 def _within(
