@@ -13,7 +13,7 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk import CallEvent, Guard, ProviderTimeoutError
+from llmguard_sdk import CallEvent, Guard, ProviderTimeoutError, ProviderUnavailableError
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -404,3 +404,29 @@ def test_an_iterator_with_close_but_no_http_response_is_returned_as_it_is() -> N
 
     assert rows() is cursor
     assert outcomes(events) == [("ok", None)]
+
+
+def test_an_anthropic_stream_failing_mid_way_is_reported_as_the_event_says(
+    fake: FakeProvider, claude: Any
+) -> None:
+    """Anthropic's error event inside a stream raises its ``APIStatusError`` of the 200
+    answer: it reaches the caller, reported as the typed error of the event's kind. Reading
+    the unread streamed answer's text raised httpx's ``ResponseNotRead`` in its place, and no
+    event was reported."""
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={})
+    messages: Any = USER
+
+    @guard.protect
+    def returned() -> Any:
+        return claude.messages.create(
+            model="claude-test", max_tokens=50, messages=messages, stream=True
+        )
+
+    fake.script(Fault(stream_error_after=1))
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        list(returned())
+    assert [e.outcome for e in events] == ["error"]
+    error = events[0].error
+    assert isinstance(error, ProviderUnavailableError)
+    assert (error.status_code, error.__cause__) == (529, raised.value)

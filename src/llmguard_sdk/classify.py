@@ -24,6 +24,7 @@ from .errors import (
     ProviderUnavailableError,
 )
 from .models import Usage
+from .providers._error_kinds import error_answer
 from .providers.wire import error_from_status, usage_from_payload
 
 __all__ = ["classify_exception", "usage_from_result"]
@@ -62,12 +63,13 @@ def classify_exception(exc: BaseException, *, route: str = "") -> ProviderError 
     if not isinstance(status, int):  # requests' HTTPError: the status is the response's
         status = getattr(response, "status_code", None)
         status = status if isinstance(status, int) and status >= 400 else None
+    event = getattr(exc, "body", None)
+    if isinstance(status, int) and status < 400 and isinstance(event, Mapping):
+        return _event_error(exc, event, route)
     if isinstance(status, int):
         headers = dict(getattr(response, "headers", None) or {})
-        body = getattr(response, "text", None)
-        error = error_from_status(
-            status, headers, body if isinstance(body, str) else str(exc), route=route
-        )
+        body = _text(response) or str(exc)  # (a stream's answer, unread: the error's own)
+        error = error_from_status(status, headers, body, route=route)
         error.__cause__ = exc
         return error
     # an SDK's error around its HTTP client's (openai's APIConnectionError): the cause says
@@ -155,6 +157,16 @@ def _parsing_an_answer(exc: BaseException) -> bool:
             asker = package
         frame = frame.tb_next
     return asker in _ANSWER_PARSERS
+
+
+def _event_error(exc: BaseException, event: Mapping[str, Any], route: str) -> ProviderError:
+    """An SDK's error for an error event inside its stream (anthropic's ``APIStatusError``
+    of the stream's 200 answer, ``body`` the event): typed as the Guard types one."""
+    error = event.get("error", event)
+    body = json.dumps(dict(event), default=str).encode()
+    found = error_answer(error, {}, body, route=route, default=str(exc))
+    found.__cause__ = exc
+    return found
 
 
 def _text(response: Any) -> str:
