@@ -13,7 +13,13 @@ import anyio
 import openai
 import pytest
 
-from llmguard_sdk import CallEvent, Guard, ProviderTimeoutError, ProviderUnavailableError
+from llmguard_sdk import (
+    CallEvent,
+    Guard,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    count_request_tokens,
+)
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -99,7 +105,10 @@ def test_a_returned_stream_closed_or_dropped_early_is_cancelled(oai: Any) -> Non
     del dropped
     gc.collect()
     assert outcomes(events) == [("cancelled", None)] * 2
-    assert events[1].usage is None
+    usage = events[1].usage  # what it used so far: its prompt (it was sent), its first chunk
+    assert usage is not None
+    assert usage.estimated
+    assert usage.input_tokens > 0
 
 
 @pytest.mark.anyio
@@ -132,7 +141,9 @@ async def test_a_returned_async_stream_is_reported_when_read(fake: FakeProvider)
     stream = await ask()
     await stream.__anext__()
     await stream.close()  # as openai's AsyncStream closes
-    assert [(e.outcome, e.error, e.usage) for e in events[2:]] == [("cancelled", None, None)]
+    assert [(e.outcome, e.error) for e in events[2:]] == [("cancelled", None)]
+    assert events[2].usage is not None
+    assert events[2].usage.input_tokens == count_request_tokens(USER, "gpt-test").tokens
     await client.close()
 
 

@@ -90,7 +90,13 @@ class Adoption:
         when it ends with the usage its items carried (an async one bounded by ``timeout`` from
         the call to its last item). A provider SDK's stream the function returns (openai's or
         anthropic's ``Stream`` / ``AsyncStream``) is returned watched, a drop-in reported when
-        it is read to its end, fails, or is closed or dropped (cancelled). For such a stream
+        it is read to its end, fails, or is closed or dropped (cancelled, with what it used so
+        far: the usage its items told, else its prompt and delivered output counted, an
+        estimate). So is the stream entered from a stream manager it returns
+        (``client.chat.completions.stream(...)``, ``client.responses.stream(...)``,
+        ``client.messages.stream(...)``; a request failing as it is entered is the call's
+        error; an async one's request and first item bounded by ``timeout`` from the entry).
+        For such a stream
         ``timeout`` bounds the wait for each item, not the whole stream: the first item within
         ``timeout`` of the call, each later one within ``timeout`` of being asked for (an idle
         bound; the caller's own time between items does not count), an async stream raising
@@ -105,8 +111,9 @@ class Adoption:
 
         .. versionchanged:: 0.2.0 a plain function returning a coroutine is guarded as an
            async one (it was reported ``"ok"`` before the call ran, and never retried); a
-           returned SDK stream is reported when it ends, with its usage; an async one's
-           ``timeout`` bounds each item's wait, not the whole stream.
+           returned SDK stream (or stream manager) is reported when it ends, with its usage
+           (closed early: what it used so far); an async one's ``timeout`` bounds each item's
+           wait, not the whole stream.
         """
         from .protect import protect_function
 

@@ -6,7 +6,9 @@ their shape: an iterator with a ``close()`` that is no generator) returned by a 
 function is wrapped: the call stays open while the caller reads it, and is reported when it is
 exhausted (``"ok"``), fails (``"error"``), or is closed or dropped before its end
 (``"cancelled"``, as the Guard's own streams). The usage is read from whichever items carry
-it (:class:`StreamTally`). The wrapper is a drop-in: iteration, ``with`` / ``async with``,
+it (:class:`StreamTally`); a stream closed or dropped early reports what it used so far: the
+usage its items told, else its prompt counted from the request it sent and the output it
+delivered (``estimated``). The wrapper is a drop-in: iteration, ``with`` / ``async with``,
 ``close()`` and every other attribute (``response``...) of the stream it wraps.
 
 .. versionadded:: 0.2.0
@@ -17,17 +19,20 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
 
 import anyio
 from typing_extensions import Self
 
 from ._closing import CLOSE_WAIT
 from .budget._usage import plain_usage, usage_from_payload
+from .errors import RequestValidationError
 from .models import Usage
+from .tokens import count_request_tokens, count_text_tokens
 
 __all__ = ["AsyncWatchedStream", "StreamTally", "WatchedStream", "stream_kind"]
 
@@ -42,18 +47,23 @@ class StreamTally:
     and cache tokens of ``message_start``'s message, the cumulative output of the last
     ``message_delta``) and the Responses API's (``response.completed``'s ``response.usage``;
     ``response.incomplete`` and ``response.failed`` too). ``witness`` is the last item that
-    told the model or usage (it names the SDK)."""
+    told the model or usage (it names the SDK). The output text the items delivered is kept
+    too, to count what a stream closed early used (:meth:`used_so_far`)."""
 
-    __slots__ = ("_merged", "_usage", "model", "witness")
+    __slots__ = ("_merged", "_texts", "_usage", "model", "witness")
 
     def __init__(self) -> None:
         self.model: str | None = None
         self.witness: object = None
         self._usage: Mapping[str, Any] | None = None  # the latest whole usage
         self._merged: dict[str, Any] | None = None  # Anthropic's, merged over its events
+        self._texts: list[str] = []  # the output delivered
 
     def see(self, item: object) -> None:
         """Note one item of the stream."""
+        text = _delivered(item)
+        if text:
+            self._texts.append(text)
         kind = _field(item, "type")
         if kind == "message_start":
             message = _field(item, "message")
@@ -79,6 +89,23 @@ class StreamTally:
         tier = _field(self.witness, "service_tier")
         return usage_from_payload(raw, service_tier=tier)[0]
 
+    def used_so_far(self, stream: object) -> Usage | None:
+        """What a stream closed or dropped before its end used: the usage its items told
+        (its output at least the delivered text counted), else its prompt as the request
+        ``stream`` sent it counts (:func:`sent_prompt`) and the delivered text counted, an
+        estimate; ``None`` when neither is known."""
+        known = self.usage()
+        text = "".join(self._texts)
+        output = count_text_tokens(text, self.model).tokens if text else 0
+        if known is not None:
+            if known.output_tokens >= output:
+                return known
+            return known.model_copy(update={"output_tokens": output, "estimated": True})
+        sent = sent_prompt(stream)
+        if sent is None:
+            return None
+        return Usage(input_tokens=sent, output_tokens=output, estimated=True)
+
     def _note(self, item: object) -> None:
         model = _field(item, "model")
         if isinstance(model, str):
@@ -91,6 +118,73 @@ class StreamTally:
             merged = self._merged if self._merged is not None else {}
             merged.update({key: value for key, value in raw.items() if value is not None})
             self._merged = merged
+
+
+def _delivered(item: object) -> str:
+    """The output text ``item`` delivers: a chat chunk's content, reasoning and tool calls'
+    arguments, an Anthropic ``content_block_delta``'s text, JSON or thinking, a Responses
+    API ``*.delta`` event's delta."""
+    kind = _field(item, "type")
+    if kind == "content_block_delta":
+        delta = _field(item, "delta")
+        return "".join(_strings(_field(delta, n) for n in ("text", "partial_json", "thinking")))
+    if isinstance(kind, str):
+        said = kind.endswith(".delta") and "audio" not in kind  # (audio: base64, no text)
+        delta = _field(item, "delta") if said else None
+        return delta if isinstance(delta, str) else ""
+    choices = _field(item, "choices")
+    parts: list[str] = []
+    for choice in choices if isinstance(choices, list) else ():
+        delta = _field(choice, "delta")
+        parts += _strings(_field(delta, n) for n in ("content", "reasoning_content", "reasoning"))
+        calls = _field(delta, "tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            parts += _strings([_field(_field(call, "function"), "arguments")])
+    return "".join(parts)
+
+
+def _strings(values: Any) -> list[str]:
+    return [value for value in values if isinstance(value, str)]
+
+
+_PROMPT_KEYS = frozenset({"content", "text", "system", "instructions", "input", "arguments"})
+
+
+def sent_prompt(stream: object) -> int | None:
+    """The input tokens of the request an SDK ``stream`` sent (its HTTP ``response``'s
+    ``request``), as the Guard estimates a prompt: a chat request's ``messages`` with their
+    framing (:func:`~llmguard_sdk.count_request_tokens`), the texts of the rest (Anthropic's
+    ``system``, the Responses API's ``instructions`` and ``input``; other messages'); ``None``
+    when no JSON request is at hand."""
+    try:  # (httpx raises RuntimeError for a request not set or a body not read)
+        body = json.loads(cast(Any, stream).response.request.content)
+    except Exception:  # no request at hand, or no JSON body
+        return None
+    if not isinstance(body, dict):
+        return None
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    rest = {key: body.get(key) for key in ("system", "instructions", "input")}
+    tokens, messages = 0, body.get("messages")
+    try:
+        tokens = count_request_tokens(messages, model).tokens if messages else 0
+    except RequestValidationError:  # another shape: its texts
+        rest["messages"] = messages
+    text = "\n".join(_prompt_texts(rest))
+    return tokens + (count_text_tokens(text, model).tokens if text else 0)
+
+
+def _prompt_texts(value: object, key: str | None = None) -> Iterator[str]:
+    """The strings of a request's ``value`` held by a text key (``content``, ``text``...):
+    what a prompt says, not its roles, types, ids, or media."""
+    if isinstance(value, str):
+        if key in _PROMPT_KEYS:
+            yield value
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            yield from _prompt_texts(item, name)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _prompt_texts(item, key)
 
 
 def stream_kind(result: object) -> str | None:

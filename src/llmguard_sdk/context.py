@@ -275,7 +275,8 @@ class CallEvent:
     refused before its first). ``latency_s`` is the seconds from the call to its end (a
     stream's: to its last chunk, its failure or its close); ``first_token_s`` the seconds from
     the call to the first content the caller received (streams; None for a plain call);
-    ``usage`` the served response's token counts (None without an answer).
+    ``usage`` the served response's token counts (None without an answer; a ``"protect"``
+    call's stream closed or dropped early: what it used so far, ``estimated`` where counted).
     ``route`` is the route that served the
     call (``None`` when none did); ``route_errors`` names the error type of each route that
     failed first, as ``error.type`` on the spans names it: the class's fully qualified name

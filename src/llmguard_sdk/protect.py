@@ -26,7 +26,8 @@ from typing import Any, TypeVar, cast
 import anyio
 
 from ._decorating import is_async_callable, may_return_awaitable, unwrap_method
-from ._protect_streams import AsyncWatchedStream, StreamTally, WatchedStream, stream_kind
+from ._protect_managers import AsyncWatchedManager, WatchedManager, manager_kind
+from ._protect_streams import AsyncWatchedStream, End, StreamTally, WatchedStream, stream_kind
 from .classify import classify_exception, usage_from_result
 from .context import CallEvent, Hook, RetryDetails, current_scope, emit
 from .errors import ConfigurationError, ProviderTimeoutError, RetryMultiplicationWarning
@@ -76,11 +77,16 @@ class _Protected:
         """Emit the call's :class:`~llmguard_sdk.CallEvent` to the hooks; an interrupted or
         cancelled call (a ``BaseException`` that is not an ``Exception``) is reported
         ``"cancelled"`` without an error, as :meth:`~llmguard_sdk.Guard.chat` reports it. A
-        stream's usage and model are its ``tally``'s (``result``: what names its SDK)."""
+        stream's usage and model are its ``tally``'s (``result``: what names its SDK); a
+        stream cancelled (closed or dropped early) reports what it used so far."""
         route = self.route
         cancelled = error is not None and not isinstance(error, Exception)
+        usage = None
         if cancelled:
             error = None
+            usage = tally.used_so_far(result) if tally is not None else None
+        elif error is None:
+            usage = _usage_of(result, tally)
         classified = classify_exception(error, route=route) if error is not None else None
         if error is not None:
             _warn_if_sdk_retried(error)
@@ -94,7 +100,7 @@ class _Protected:
                 route=route if error is None and not cancelled else None,
                 attempts=len(retries) + 1,
                 latency_s=time.monotonic() - started,
-                usage=_usage_of(result, tally) if error is None and not cancelled else None,
+                usage=usage,
                 error=classified or error,
                 route_errors=((route, exception_type(classified or error)),) if error else (),
                 retries=tuple(retries),
@@ -132,7 +138,8 @@ class _Call:
 
     def __exit__(self, _type: object, exc: BaseException | None, _traceback: object) -> None:
         if exc is not None:  # GeneratorExit too: the caller closed a stream (cancelled)
-            self.protected.report(self.started, self.retries, error=exc)
+            tally = None if isinstance(exc, Exception) else self.tally  # (what it used so far)
+            self.protected.report(self.started, self.retries, error=exc, tally=tally)
 
     def see(self, item: Any) -> Any:
         """Note a generator's ``item`` on its way to the caller (its usage, its model)."""
@@ -144,21 +151,33 @@ class _Call:
         self.protected.report(self.started, self.retries, self.tally.witness, tally=self.tally)
 
     def end(self, result: Any) -> Any:
-        """Report the call that returned ``result``; a provider SDK's stream is returned
-        watched, and reported when it ends (:mod:`._protect_streams`)."""
+        """Report the call that returned ``result``; a provider SDK's stream (or stream
+        manager) is returned watched, and reported when it ends (:mod:`._protect_streams`,
+        :mod:`._protect_managers`)."""
         kind = stream_kind(result)
-        if kind is None:
-            self.protected.report(self.started, self.retries, result)
-            return result
+        protected = self.protected
+        if kind == "sync":
+            return WatchedStream(result, self.end_of(result))
+        if kind == "async":
+            first = self.started + protected.timeout  # (each item's wait: AsyncWatchedStream)
+            ended = self.end_of(result)
+            return AsyncWatchedStream(result, ended, first, protected.timeout, protected.timed_out)
+        managed = manager_kind(result)
+        if managed == "sync":
+            return WatchedManager(result, self.end_of)
+        if managed == "async":
+            return AsyncWatchedManager(result, self.end_of, protected.timeout, protected.timed_out)
+        protected.report(self.started, self.retries, result)
+        return result
+
+    def end_of(self, result: object) -> End:
+        """The end of the call whose stream is ``result`` (what names its SDK, the request
+        it sent), reported with the tally of its items."""
 
         def ended(tally: StreamTally, error: BaseException | None) -> None:
             self.protected.report(self.started, self.retries, result, error, tally)
 
-        if kind == "sync":
-            return WatchedStream(result, ended)
-        timeout = self.protected.timeout  # (each item's wait: see AsyncWatchedStream)
-        first = self.started + timeout
-        return AsyncWatchedStream(result, ended, first, timeout, self.protected.timed_out)
+        return ended
 
 
 def protect_function(
