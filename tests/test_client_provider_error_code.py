@@ -2,7 +2,8 @@
 ``http_client(guard)``) keeps the provider's error ``code`` and ``param`` where the Guard has
 none of its own: OpenAI's 429 ``insufficient_quota`` (a spent quota: top up) and
 ``rate_limit_exceeded`` (wait) stay apart by ``e.code``, as a direct call's do. Both were
-replaced by ``null``."""
+replaced by ``null``; so was the code of an error the provider sent inside a stream (an
+error event), whether the stream broke before or after it began."""
 
 from __future__ import annotations
 
@@ -59,3 +60,36 @@ def test_a_400_keeps_the_providers_code_and_param() -> None:
             with pytest.raises(openai.BadRequestError) as info:
                 client.chat.completions.create(model="m", messages=USER, temperature=1.5)
             assert (info.value.code, info.value.param) == ("invalid_value", "temperature")
+
+
+@pytest.mark.parametrize("after", [0, 2])
+def test_an_error_event_inside_a_stream_keeps_its_code(fake: FakeProvider, after: int) -> None:
+    openai = require_module("openai", "openai is a dev dependency")
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="p")
+    with Guard(route, environ={}, retry=RetryPolicy(attempts=1)) as guard:
+        for client in _clients(guard):
+            code = "insufficient_quota"
+            fake.script(Fault(status=429, error_code=code, stream_error_after=after))
+            with pytest.raises(openai.APIError) as info:
+                for _ in client.chat.completions.create(
+                    model=fake.model, messages=USER, stream=True
+                ):
+                    pass
+            assert info.value.code == code
+
+
+def test_a_responses_stream_error_event_keeps_the_providers_code(fake: FakeProvider) -> None:
+    """(``guard.client()`` raises openai's error for it, openai's SDK over the seam gives the
+    seam's ``error`` event.)"""
+    openai = require_module("openai", "openai is a dev dependency")
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="p")
+    with Guard(route, environ={}, retry=RetryPolicy(attempts=1)) as guard:
+        for client in _clients(guard):
+            fake.script(Fault(status=429, error_code="rate_limit_exceeded", stream_error_after=2))
+            codes = []
+            try:
+                for event in client.responses.create(model=fake.model, input="hi", stream=True):
+                    codes += [event.code] if event.type == "error" else []
+            except openai.APIError as exc:
+                codes.append(exc.code)
+            assert codes == ["rate_limit_exceeded"]

@@ -250,10 +250,13 @@ class StreamState:
         (:func:`~llmguard_sdk.providers._error_kinds.judged_error`: its kind, the status that
         kind stands for, a spent quota not retried; never the ``x-should-retry`` of the 200
         answer), or :class:`StreamInterruptedError` after content (``message``: its text,
-        else ``default``)."""
+        else ``default``). Its ``body`` is the error object as an error answer's body
+        (``{"error": {...}}``), so its ``code``, ``type`` and ``param`` are read as an HTTP
+        error's are (the seam and the drop-in clients give them back)."""
+        said = json.dumps({"error": error}) if isinstance(error, Mapping) else None
 
         def build(kind: type[ProviderError], status: int) -> ProviderError:
-            return self.failure(kind, message or default, status=status)
+            return self.failure(kind, message or default, status=status, body=said)
 
         return judged_error(error, build, answered=self.status)  # its own content decides
 
