@@ -3,7 +3,9 @@
 none of its own: OpenAI's 429 ``insufficient_quota`` (a spent quota: top up) and
 ``rate_limit_exceeded`` (wait) stay apart by ``e.code``, as a direct call's do. Both were
 replaced by ``null``; so was the code of an error the provider sent inside a stream (an
-error event), whether the stream broke before or after it began."""
+error event), whether the stream broke before or after it began. The provider's ``type``
+(``insufficient_quota``, ``tokens``) is kept too: the status's (``rate_limit_error``) was
+given."""
 
 from __future__ import annotations
 
@@ -43,6 +45,23 @@ def test_a_429_keeps_the_code_that_tells_a_spent_quota_from_a_rate_limit(
             assert info.value.body["code"] == code
 
 
+def _raised(error: dict[str, Any], status: str, **params: Any) -> list[Any]:
+    """The openai errors both clients raise for a route that answers ``error`` with
+    ``status``."""
+    openai = require_module("openai", "openai is a dev dependency")
+    answer = http_response(json.dumps({"error": error}).encode(), status=status)
+    raised = []
+    with (
+        RawServer(answer) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
+    ):
+        for client in _clients(guard):
+            with pytest.raises(openai.APIStatusError) as info:
+                client.chat.completions.create(model="m", messages=USER, **params)
+            raised.append(info.value)
+    return raised
+
+
 def test_a_400_keeps_the_providers_code_and_param() -> None:
     openai = require_module("openai", "openai is a dev dependency")
     error = {
@@ -51,15 +70,9 @@ def test_a_400_keeps_the_providers_code_and_param() -> None:
         "param": "temperature",
         "code": "invalid_value",
     }
-    answer = http_response(json.dumps({"error": error}).encode(), status="400 Bad Request")
-    with (
-        RawServer(answer) as raw,
-        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, retry=None) as guard,
-    ):
-        for client in _clients(guard):
-            with pytest.raises(openai.BadRequestError) as info:
-                client.chat.completions.create(model="m", messages=USER, temperature=1.5)
-            assert (info.value.code, info.value.param) == ("invalid_value", "temperature")
+    for raised in _raised(error, "400 Bad Request", temperature=1.5):
+        assert isinstance(raised, openai.BadRequestError)
+        assert (raised.code, raised.param) == ("invalid_value", "temperature")
 
 
 @pytest.mark.parametrize("after", [0, 2])
@@ -93,3 +106,15 @@ def test_a_responses_stream_error_event_keeps_the_providers_code(fake: FakeProvi
             except openai.APIError as exc:
                 codes.append(exc.code)
             assert codes == ["rate_limit_exceeded"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [("insufficient_quota", "insufficient_quota"), ("tokens", "rate_limit_exceeded")],
+)
+def test_a_429_keeps_the_providers_type(kind: str, code: str) -> None:
+    openai = require_module("openai", "openai is a dev dependency")
+    error = {"message": "over", "type": kind, "param": None, "code": code}
+    for raised in _raised(error, "429 Too Many Requests"):
+        assert isinstance(raised, openai.RateLimitError)
+        assert (raised.type, raised.code, raised.body["type"]) == (kind, code, kind)

@@ -342,25 +342,25 @@ def overflow_message(exc: LLMGuardError) -> str:
     return anthropic_overflow(last if last is not None else exc, str(exc))
 
 
-def _provider_said(last: BaseException | None) -> tuple[str | None, str | None]:
-    """The ``code`` and ``param`` of the provider's own error object, where ``last`` is a
-    provider's error whose body has one (OpenAI's 429 ``insufficient_quota`` or
-    ``rate_limit_exceeded``, 401 ``invalid_api_key`` ...); ``None`` for each it lacks."""
+def _provider_said(last: BaseException | None) -> dict[str, str | None]:
+    """The ``code``, ``param`` and ``type`` of the provider's own error object, where ``last``
+    is a provider's error whose body has one (an HTTP error answer's, a stream's error
+    event's: OpenAI's 429 ``insufficient_quota`` or ``rate_limit_exceeded``, 401
+    ``invalid_api_key`` ...); ``None`` for each it lacks."""
     error = body_error(last.body) if isinstance(last, ProviderError) and last.body else None
-    if not isinstance(error, Mapping):
-        return None, None
-    code, param = error.get("code"), error.get("param")
-    return (code if isinstance(code, str) else None), (param if isinstance(param, str) else None)
+    said = error if isinstance(error, Mapping) else {}
+    return {k: v if isinstance(v := said.get(k), str) else None for k in ("code", "param", "type")}
 
 
 def openai_error(exc: LLMGuardError) -> dict[str, Any]:
     """OpenAI's error body for ``exc``; a content filter's refusal (every route failed: the
     last route's) with the code the provider gave it; where the Guard has no code of its own,
-    the provider's ``code`` and ``param`` as it gave them (so ``e.code`` tells a spent quota
-    from a rate limit, as a direct call's does)."""
+    the provider's ``code``, ``param`` and ``type`` as it gave them (so ``e.code`` tells a
+    spent quota from a rate limit, and ``e.type`` says ``insufficient_quota`` or ``tokens``,
+    as a direct call's do; else the ``type`` of the status)."""
     status, last = status_of(exc), _last(exc)
-    provider_code, param = _provider_said(last)
-    code = (
+    said = _provider_said(last)
+    own = (
         last.code  # the provider's own (content_policy_violation, content_filter ...)
         if isinstance(last, ContentPolicyError)
         else "insufficient_quota"
@@ -371,10 +371,12 @@ def openai_error(exc: LLMGuardError) -> dict[str, Any]:
         if isinstance(exc, NotServedError)
         else "model_not_found"
         if isinstance(exc, UnknownModelError)
-        else provider_code
+        else None
     )
+    code = own or said["code"]
+    kind = said["type"] if own is None and said["type"] else error_type(status)
     message = str(exc) + (_OVERFLOW if code == "context_length_exceeded" else "")
-    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+    return {"error": {"message": message, "type": kind, "param": said["param"], "code": code}}
 
 
 def new_id(prefix: str) -> str:
