@@ -6,12 +6,16 @@ asking the model again.
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..models import ChatRequest, ChatResponse
+from ..providers._chat_content import MESSAGE_FIELDS, kept_fields
 from ..telemetry._signals import signals_of
 
-__all__ = ["cached_form", "storable"]
+__all__ = ["audio_expiry", "cached_form", "kept_until", "storable"]
 
 # the words for a natural stop (read in lower case: Gemini's raw STOP): OpenAI's, Claude's,
 # TGI's end-of-sequence token; not any word openai_finish_reason reads as "stop" (an unknown
@@ -29,7 +33,11 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
     neither degraded nor itself from the cache, and none of the quality signals of
     :mod:`llmguard_sdk.telemetry` (a refusal, a blank answer, or JSON asked for and not
     given: a later call asking again may well get a good answer, and a cached one would be
-    served to every paraphrase for the whole ``ttl``)."""
+    served to every paraphrase for the whole ``ttl``), nor an answer whose audio id has
+    already expired (:func:`audio_expiry`)."""
+    expiry = audio_expiry(response)
+    if expiry is not None and expiry <= time.time():
+        return False
     finish = (response.finish_reason or "").lower()
     if response.tool_calls or finish not in _SERVABLE_FINISH:
         return False
@@ -51,3 +59,23 @@ def cached_form(response: ChatResponse) -> dict[str, Any]:
     )
     metadata = {k: v for k, v in kept.pop("metadata", {}).items() if k not in _THAT_CALL_S}
     return {**kept, "metadata": metadata} if metadata else kept
+
+
+def audio_expiry(response: ChatResponse) -> float | None:
+    """When the id of the answer's audio expires (OpenAI's ``message.audio.expires_at``, Unix
+    seconds: a later turn refers to the audio by that id until then, and the provider knows
+    it no more after); ``None`` for an answer without one."""
+    audio = kept_fields(response.metadata, MESSAGE_FIELDS).get("audio")
+    expires = audio.get("expires_at") if isinstance(audio, Mapping) else None
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)):
+        return None
+    return float(expires)
+
+
+def kept_until(response: ChatResponse, now: float, ttl: float, stale: float) -> tuple[float, float]:
+    """An entry's ``fresh_until`` and ``stale_until``: ``ttl`` from ``now``, then ``stale``
+    more, neither past the expiry of the answer's audio id (:func:`audio_expiry`): a cached
+    answer is never served with an audio id the provider no longer knows."""
+    expiry = audio_expiry(response)
+    limit = math.inf if expiry is None else expiry
+    return min(now + ttl, limit), min(now + ttl + stale, limit)

@@ -34,7 +34,7 @@ from ._local import _LocalIndexes
 from ._matching import _id_hash, _SemanticMatching, fresh
 from ._recent import RecentEmbeddings, embedding_time, lookup_by, stale_by
 from ._served import cache_name, false_hit_here, served_entry, served_hit
-from ._storable import cached_form, storable
+from ._storable import cached_form, kept_until, storable
 from .backends import Change, MemoryCacheBackend, open_backend
 from .calibrate import Pair, Scorer, target_threshold
 from .embedders import DEFAULT_THRESHOLD, Embedder, HashingEmbedder, suggested_threshold
@@ -408,15 +408,15 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             timeout = embedding_time(options.get("deadline"))
             vector = self._recent.embedded(keys.query, timeout).encoded()
         now = time.time()  # after the embedding (a first one can take a second or more)
-        ttl = options.get("ttl") or self.ttl
+        fresh, stale = kept_until(response, now, options.get("ttl") or self.ttl, self.stale_ttl)
         return CacheEntry(
             entry_id=keys.exact,
             index_key=self._index_key(keys),
             query=keys.query,
             response=cached_form(response),
             created_at=now,
-            fresh_until=now + ttl,
-            stale_until=now + ttl + self.stale_ttl,
+            fresh_until=fresh,
+            stale_until=stale,
             embedder=self.embedder.name if vector is not None else None,
             vector=vector,
         )
