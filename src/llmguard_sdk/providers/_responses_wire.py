@@ -14,6 +14,7 @@ from typing import Any
 
 from .._core.assembly import CallSlots, call_function
 from ..models import StreamChunk, Usage, openai_finish_reason
+from ._chat_content import COMPLETION_FIELDS, MESSAGE_FIELDS, created_of, kept_fields
 from ._responses_reasoning import (
     ItemEvents,
     guard_reasoning_id,
@@ -103,10 +104,34 @@ def _reasoning_item(item_id: str, text: str | None = None) -> dict[str, Any]:
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
-def _content_part(kind: str, text: str = "", logprobs: list[Any] | None = None) -> dict[str, Any]:
+def _content_part(
+    kind: str, text: str = "", logprobs: list[Any] | None = None, notes: list[Any] | None = None
+) -> dict[str, Any]:
     if kind == "refusal":
         return {"type": "refusal", "refusal": text}
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+    return {
+        "type": "output_text",
+        "text": text,
+        "annotations": notes or [],
+        "logprobs": logprobs or [],
+    }
+
+
+def text_annotations(metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The annotations a chat route's message (a delta) gave its text (web search's
+    ``url_citation`` ...), kept in ``metadata``'s :data:`MESSAGE_FIELDS`, in Responses' shape:
+    chat's nest an annotation's fields under its type's name, Responses' have them beside
+    its ``type``; what is no annotation is left out."""
+    given = kept_fields(metadata, MESSAGE_FIELDS).get("annotations")
+    found = []
+    for note in given if isinstance(given, list) else ():
+        kind = note.get("type") if isinstance(note, Mapping) else None
+        if not isinstance(kind, str):
+            continue
+        inner = note.get(kind)
+        flat = {k: v for k, v in note.items() if k != kind}
+        found.append({**flat, **inner} if isinstance(inner, Mapping) else dict(note))
+    return found
 
 
 def _number(value: object) -> bool:
@@ -205,6 +230,8 @@ class Answer:
         # a Responses route's own reasoning items, by id (the last of each), in their order
         self.route_reasoning: dict[str, dict[str, Any]] = {}
         self.logprobs: list[Any] = []  # the text's tokens' logprobs, asked for with logprobs=True
+        self.annotations: list[dict[str, Any]] = []  # the text's (a chat route's url citations)
+        self.service_tier: str | None = None  # the route's, where it said one
         self.parts: list[str] = []  # the content parts' types, in the order a stream opened them
         # the output items in the order a stream opened them ("reasoning", "message", "call N":
         # the answer's N-th call); a whole answer's: reasoning, message, calls
@@ -213,9 +240,14 @@ class Answer:
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
         chunk's piece of it), its ``reasoning`` (or its piece), a Responses route's
-        ``reasoning_items`` and ``store`` (whether it stored the response) and its
-        ``logprobs``' ``content`` (the text's tokens, in Responses' shape)."""
+        ``reasoning_items`` and ``store`` (whether it stored the response), its
+        ``logprobs``' ``content`` (the text's tokens, in Responses' shape), a chat route's
+        annotations (:func:`text_annotations`) and ``service_tier``."""
         self.take_store(metadata)
+        self.annotations += text_annotations(metadata)
+        tier = kept_fields(metadata, COMPLETION_FIELDS).get("service_tier")
+        if isinstance(tier, str) and tier:
+            self.service_tier = tier
         for item in route_items(metadata):
             self.route_reasoning[item["id"]] = item
         refusal = metadata.get("refusal")
@@ -228,6 +260,13 @@ class Answer:
         if isinstance(logprobs, Mapping) and isinstance(logprobs.get("content"), list):
             self.logprobs += responses_logprobs(logprobs["content"])
 
+    def take_head(self, metadata: Mapping[str, Any]) -> None:
+        """Take what the first of ``metadata`` (a whole answer's, a stream's first chunk's)
+        says of the response before it is given: its ``store`` (:meth:`take_store`) and a
+        chat route's ``created``, as ``created_at`` (else the Guard's clock stays)."""
+        self.take_store(metadata)
+        self.created = created_of(kept_fields(metadata, COMPLETION_FIELDS), self.created)
+
     def take_store(self, metadata: Mapping[str, Any]) -> None:
         """Echo the ``store`` a Responses route said in ``metadata`` (it stored the response,
         or not), the answering route's word."""
@@ -238,7 +277,7 @@ class Answer:
     def part(self, kind: str) -> dict[str, Any]:
         """The content part of ``kind`` (``output_text`` or ``refusal``) as it stands."""
         text = self.refusal if kind == "refusal" else self.text
-        return _content_part(kind, text, self.logprobs)
+        return _content_part(kind, text, self.logprobs, self.annotations)
 
     def content(self) -> list[dict[str, Any]]:
         """The message's content parts: its text's and its refusal's (the text's alone when
@@ -289,6 +328,7 @@ class Answer:
             "incomplete_details": None if in_progress else incomplete,
             "error": None,
             **self.echo,
+            **({"service_tier": self.service_tier} if self.service_tier else {}),
         }
 
 
@@ -338,6 +378,7 @@ class EventWriter:
         a refusal, its tool calls' pieces."""
         answer, out = self._answer, b""
         answer.model = chunk.model or answer.model
+        noted = len(answer.annotations)
         answer.add_metadata(chunk.metadata)
         reasoning = chunk.metadata.get("reasoning")
         items = route_items(chunk.metadata)
@@ -356,6 +397,7 @@ class EventWriter:
                 delta=chunk.text,
                 logprobs=responses_logprobs(tokens),
             )
+        out += self._noted(noted)
         refusal = chunk.metadata.get("refusal")
         if isinstance(refusal, str) and refusal:
             out += self._open("refusal")
@@ -364,6 +406,20 @@ class EventWriter:
             out += self._call_delta(call, self._slots.key(call, position))
         answer.usage = chunk.usage or answer.usage
         answer.finish_reason = chunk.finish_reason or answer.finish_reason
+        return out
+
+    def _noted(self, since: int) -> bytes:
+        """``response.output_text.annotation.added`` for each annotation of the text from the
+        ``since``-th on (the chunk's)."""
+        out, notes = b"", self._answer.annotations
+        for index in range(since, len(notes)):
+            out += self._open("output_text")
+            out += self._part_event(
+                "response.output_text.annotation.added",
+                "output_text",
+                annotation_index=index,
+                annotation=notes[index],
+            )
         return out
 
     def _route_item(self, item: dict[str, Any]) -> bytes:

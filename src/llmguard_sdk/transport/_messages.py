@@ -309,6 +309,17 @@ def _usage(usage: Usage | None) -> dict[str, int]:
     }
 
 
+# Claude's service tiers, and OpenAI's counterparts of them (its "flex" and "scale" have none)
+_TIERS = {"standard": "standard", "priority": "priority", "batch": "batch", "default": "standard"}
+
+
+def _tier(usage: Usage | None) -> dict[str, str]:
+    """A message's ``usage.service_tier`` in Claude's words: the route's (Claude's own, or
+    OpenAI's ``default`` as ``standard``); none where the route said none Claude has."""
+    tier = _TIERS.get(usage.service_tier or "") if usage is not None else None
+    return {"service_tier": tier} if tier else {}
+
+
 def _tool_use(call: Mapping[str, Any]) -> dict[str, Any]:
     function = call_function(call)
     try:
@@ -374,7 +385,7 @@ class MessagesWire:
             "content": content,
             "stop_reason": _stop_reason(response.finish_reason, response.metadata),
             "stop_sequence": None,
-            "usage": _usage(response.usage),
+            "usage": {**_usage(response.usage), **_tier(response.usage)},
         }
 
     def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:

@@ -45,7 +45,8 @@ class ResponsesWire:
         answer.text = response.text
         answer.tool_calls = list(response.tool_calls or ())
         answer.usage, answer.finish_reason = response.usage, response.finish_reason
-        answer.add_metadata(response.metadata)  # a refusal, reasoning, logprobs
+        answer.take_head(response.metadata)  # the route's created
+        answer.add_metadata(response.metadata)  # a refusal, reasoning, logprobs, annotations
         return answer.body()
 
     def writer(self, arguments: Mapping[str, Any], body: Mapping[str, Any]) -> EventsWriter:
@@ -73,10 +74,10 @@ class EventsWriter:
         return self._events.start()
 
     def event(self, chunk: StreamChunk) -> bytes:
-        """The events of one chunk (the first's ``store``, a Responses route's, in the opening
-        events' response too)."""
+        """The events of one chunk (the first's ``store``, a Responses route's, and
+        ``created``, a chat route's, in the opening events' response too)."""
         if not self._started:
-            self._events.answer.take_store(chunk.metadata)
+            self._events.answer.take_head(chunk.metadata)
         return self._start() + self._events.chunk(chunk)
 
     def end(self) -> bytes:
