@@ -30,9 +30,11 @@ from .fit import (
 )
 from .leases import LeaseAsk, Leases, MemoryLeases
 from .policy import (
+    EXPLORE_EVERY,
     Latency,
     Strategy,
     estimate,
+    explored,
     observe,
     outlasted,
     predicted,
@@ -156,8 +158,10 @@ class DeploymentGroup:
     picks either of two deployments whose costs lie within ``buffer`` (0.2: 20 %) of each
     other, so that equal deployments share the load (0: the cheaper, always);
     ``seed`` makes the random draws repeatable; ``clock`` is injectable for tests. A
-    deployment that has neither answered nor led a call for ``half_life_s`` leads the next
-    one (a trickle of exploration). ``regions`` tags deployments (by name; else a
+    deployment that has neither answered nor led a call for ``half_life_s`` is due for
+    exploring: it leads a call (a trickle of exploration), at most one call in
+    :data:`~llmguard_sdk.router.policy.EXPLORE_EVERY` (10) of the group, the one due the
+    longest first. ``regions`` tags deployments (by name; else a
     deployment's own ``region`` attribute): the call's ``region=`` (else the group's
     ``region``) goes first, then the other regions as failover. Latencies, headroom and the
     typical answer length are kept in this process; the calls in flight that
@@ -224,6 +228,8 @@ class DeploymentGroup:
         self._lock = threading.Lock()
         self._latency = {d.name: Latency() for d in deployments}
         self._led: dict[str, float] = {}  # when each deployment last led a call
+        self._calm = EXPLORE_EVERY - 1  # calls taken since the last exploring one
+        self._exploring: dict[str, int] = {}  # the turn each was last ranked to explore at
         self._tokens = 0.0  # the group's typical answer length (output tokens)
         self._loads = [0] * len(deployments)  # calls in flight at the last shared decision
         self._headroom: dict[str, Headroom] = {}
@@ -266,6 +272,7 @@ class DeploymentGroup:
                 self._turn += 1
                 if self.strategy == "latency":
                     self._led[routes[0].name] = self._clock()
+                    self._took(self._exploring.get(routes[0].name) == turn)
                 return list(routes)
         order, _ = self._rank(facts or CallFacts(), {r.name for r in routes}, take=True)
         return [self.deployments[i] for i in order]
@@ -281,16 +288,44 @@ class DeploymentGroup:
             if all(name in refused for name in self.names):
                 refused = set()  # (all were: the strategy ranks them all)
             order: list[int] = []
+            explorer: int | None = None  # the deployment the call explores
             for part in by_region(self.regions, facts.region or self.region):
                 part = [i for i in part if among is None or self.names[i] in among]
                 ready = [i for i in part if self.names[i] not in refused]
-                order += self._order(ready, facts, now, in_flight, turn) if ready else []
-                order += [i for i in part if self.names[i] in refused]
+                ranked = self._order(ready, facts, now, in_flight, turn) if ready else []
+                if ranked and not order and self._may_explore():  # (the call's leader)
+                    explorer = explored(ranked, self._due(now))
+                    if explorer is not None:
+                        ranked = [explorer] + [i for i in ranked if i != explorer]
+                order += ranked + [i for i in part if self.names[i] in refused]
+            if explorer is not None:
+                self._exploring[self.names[explorer]] = turn
             if take:
                 self._turn = turn
                 if self.strategy == "latency" and order:
                     self._led[self.names[order[0]]] = now
+                    self._took(explorer is not None)
         return order, turn
+
+    def _may_explore(self) -> bool:
+        """Whether the next call may explore (``latency``): at most one call in
+        :data:`~llmguard_sdk.router.policy.EXPLORE_EVERY` of the group does (the lock
+        held)."""
+        return self.strategy == "latency" and self._calm >= EXPLORE_EVERY - 1
+
+    def _took(self, exploring: bool) -> None:
+        """The group took a call (``latency``), ``exploring`` or not (the lock held)."""
+        self._calm = 0 if exploring else self._calm + 1
+
+    def _due(self, now: float) -> list[float | None]:
+        """How long each deployment has neither answered nor led a call, where it is due
+        for exploring (else None): see :func:`~llmguard_sdk.router.policy.stale`."""
+        due: list[float | None] = []
+        for name in self.names:
+            state, led = self._latency[name], self._led.get(name, 0.0)
+            fed = max(state.updated, led)
+            due.append(now - fed if stale(state, led, now, self.half_life_s) else None)
+        return due
 
     def _order(
         self, among: list[int], facts: CallFacts, now: float, in_flight: list[int], turn: int
@@ -303,7 +338,7 @@ class DeploymentGroup:
             local = rank_by_weight([self.weights[i] for i in among], self._rng)
         elif self.strategy == "latency":
             tokens = self._answer_tokens(facts.request)
-            local = self._by_latency(among, [in_flight[i] for i in among], now, tokens)
+            local = self._by_latency(among, [in_flight[i] for i in among], tokens)
         elif self.strategy == "least_outstanding":  # a guess: the lease decides
             local = rank_by_load([self._loads[i] for i in among], turn)
         elif self.strategy == "headroom":
@@ -437,9 +472,7 @@ class DeploymentGroup:
                 for i, name in enumerate(self.names)
             }
 
-    def _by_latency(
-        self, among: list[int], in_flight: list[int], now: float, tokens: float
-    ) -> list[int]:
+    def _by_latency(self, among: list[int], in_flight: list[int], tokens: float) -> list[int]:
         """Positions in ``among`` (indexes), best first; ``in_flight``: their calls."""
         estimates = self._estimates(tokens)
         states = [self._latency[self.names[i]] for i in among]
@@ -452,11 +485,7 @@ class DeploymentGroup:
             (estimates[i] if seen else best if n else 0.0) * (1 + n)
             for i, seen, n in zip(among, measured, in_flight, strict=True)
         ]
-        old = [
-            stale(state, self._led.get(self.names[i], 0.0), now, self.half_life_s)
-            for i, state in zip(among, states, strict=True)
-        ]
-        return rank_by_latency(costs, self._rng, slack=self.slack, stale=old, buffer=self.buffer)
+        return rank_by_latency(costs, self._rng, slack=self.slack, buffer=self.buffer)
 
     def _by_cost(self, among: list[int], facts: CallFacts, turn: int) -> list[int]:
         """Positions in ``among`` (indexes): those that fit the call first, each by the
@@ -500,7 +529,12 @@ class DeploymentGroup:
         best = min((m for m in means if m is not None), default=0.0)
         return [
             estimate(
-                self._latency[name], now, toward=best, half_life_s=self.half_life_s, tokens=tokens
+                self._latency[name],
+                now,
+                toward=best,
+                half_life_s=self.half_life_s,
+                tokens=tokens,
+                drift_s=self.half_life_s,  # (then due: explored, as rationed)
             )
             for name in self.names
         ]

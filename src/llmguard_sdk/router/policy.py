@@ -17,21 +17,30 @@ it. The cost of a deployment is its predicted latency for the group's typical an
 latency).
 
 Read back, an average drifts toward the group's best one, halfway per ``half_life_s`` since
-it was last fed, so a deployment that was slow, or failed, a while ago is tried again and
-can earn its way back. Only a *trickle* goes there: a deployment whose cost is more than
-``slack`` times the best's takes no call from the ranking (it stays as failover); it is
-explored instead by one call once it has neither answered nor led a call for ``explore_s``
-(``half_life_s`` by default), and that one call, when it is still slow, raises its average
-to the peak again. Exploring also refreshes an average that one stray sample left high
-(the best's may have got worse since). A deployment's first answer pays for its connection
-(TLS, a cold pool) and is not measured. Within the band the ranking takes the power of two
-choices: two deployments drawn at random, the cheaper first, unless their costs lie within
-``buffer`` of each other (a fraction: 0.2 by default, as LiteLLM's
-``lowest_latency_buffer``): then either, at random, so that equal deployments share the
-load rather than the marginally fastest taking it all (a deployment never measured
-costs 0 while it has no call in flight, so each is measured early, and as the best one once
-it has: a burst is shared, not all sent there); then the others, cheapest first, as the
-failover order within the group.
+it was last fed, for one half-life at most (then it is due for exploring, below: the drift
+alone brought a deployment that failed back into the band after a few half-lives, and with
+calls further apart than that, a hung one took a share of them), so a deployment that was
+slow, or failed, a while ago is tried again and can earn its way back. Only a *trickle* goes
+there: a deployment whose cost is more than ``slack`` times the best's takes no call from
+the ranking (it stays as failover); it is explored instead by one call once it is *due*: it
+has neither answered nor led a call for ``explore_s`` (``half_life_s`` by default), and that
+one call, when it is still slow, raises its average to the peak again. Exploring also
+refreshes an average that one stray sample left high (the best's may have got worse since).
+It is rationed: at most one call in :data:`EXPLORE_EVERY` (10) of a group explores, and it
+explores the deployment due the longest (unfed the longest), unless the ranking leads with
+that one anyway. With calls further apart than ``half_life_s`` every deployment is due at
+each call: the one leading the calls is fed by each, the others take turns, so a recovered
+one is explored within (deployments - 1) x 10 calls, and a slow or hung one takes a tenth of
+the calls at most (exploring the cheapest due one, the best, had left a recovered one out
+for good; exploring each due one at once had sent a hung one a share of 1/deployments). A
+deployment's first answer pays for its connection (TLS, a cold pool) and is not measured.
+Within the band the ranking takes the power of two choices: two deployments drawn at random,
+the cheaper first, unless their costs lie within ``buffer`` of each other (a fraction: 0.2
+by default, as LiteLLM's ``lowest_latency_buffer``): then either, at random, so that equal
+deployments share the load rather than the marginally fastest taking it all (a deployment
+never measured costs 0 while it has no call in flight, so each is measured early, and as the
+best one once it has: a burst is shared, not all sent there); then the others, cheapest
+first, as the failover order within the group.
 
 .. versionadded:: 0.2.0
 """
@@ -45,9 +54,11 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 __all__ = [
+    "EXPLORE_EVERY",
     "Latency",
     "Strategy",
     "estimate",
+    "explored",
     "observe",
     "outlasted",
     "predicted",
@@ -68,6 +79,10 @@ with the fewest calls in flight (counted across processes when the Guard's store
 that fit the call (context window, capabilities); ``round_robin``: each call starts one
 further along; ``weighted``: the first drawn in proportion to the weights, then by weight;
 ``ordered``: as listed (failover only)."""
+
+EXPLORE_EVERY = 10
+"""A group's calls per exploring call, at most: after a call explores a deployment, the
+next ``EXPLORE_EVERY - 1`` calls of the group follow the ranking."""
 
 
 @dataclass(frozen=True)
@@ -144,20 +159,27 @@ def predicted(state: Latency, tokens: float) -> float | None:
 
 
 def estimate(
-    state: Latency, now: float, *, toward: float, half_life_s: float, tokens: float = 0.0
+    state: Latency,
+    now: float,
+    *,
+    toward: float,
+    half_life_s: float,
+    tokens: float = 0.0,
+    drift_s: float = math.inf,
 ) -> float:
     """The predicted latency read at ``now``: drifted toward ``toward`` (the group's best),
-    halfway each ``half_life_s`` since it was last fed; 0 for a deployment never measured."""
+    halfway each ``half_life_s`` since it was last fed, for ``drift_s`` at most; 0 for a
+    deployment never measured."""
     mean = predicted(state, tokens)
     if mean is None:
         return 0.0
-    kept = math.pow(0.5, max(0.0, now - state.updated) / half_life_s)
+    kept = math.pow(0.5, min(drift_s, max(0.0, now - state.updated)) / half_life_s)
     return toward + (mean - toward) * kept
 
 
 def stale(state: Latency, led: float, now: float, explore_s: float) -> bool:
     """Whether a measured deployment has neither answered nor led a call (``led``: when it
-    last did) for ``explore_s``: its next call explores it."""
+    last did) for ``explore_s``: it is due for exploring (see :func:`explored`)."""
     return state.first_s is not None and now - max(state.updated, led) >= explore_s
 
 
@@ -166,17 +188,12 @@ def rank_by_latency(
     rng: random.Random,
     *,
     slack: float = math.inf,
-    stale: Sequence[bool] = (),
     buffer: float = 0.0,
 ) -> list[int]:
-    """Indexes, best first: a ``stale`` deployment (the cheapest, when several are), else the
-    cheaper of two drawn at random among those within ``slack`` times the lowest cost (the
-    only one, when one alone is), either of the two when their costs lie within ``buffer``
-    (a fraction) of each other; then the rest by cost."""
+    """Indexes, best first: the cheaper of two drawn at random among those within ``slack``
+    times the lowest cost (the only one, when one alone is), either of the two when their
+    costs lie within ``buffer`` (a fraction) of each other; then the rest by cost."""
     order = sorted(range(len(costs)), key=lambda i: costs[i])
-    explored = next((i for i in order if i < len(stale) and stale[i]), None)
-    if explored is not None:
-        return [explored] + [i for i in order if i != explored]
     if len(order) < 2:
         return order
     best = costs[order[0]]
@@ -189,6 +206,20 @@ def rank_by_latency(
     first, second = rng.sample(band, 2)  # (in random order: within the buffer, either)
     chosen = first if costs[first] <= costs[second] * (1 + buffer) else second
     return [chosen] + [i for i in order if i != chosen]
+
+
+def explored(order: Sequence[int], due: Sequence[float | None]) -> int | None:
+    """The deployment a call explores, of those ranked in ``order`` (indexes, the leader
+    first): the one unfed the longest among those due (``due``: how long each has neither
+    answered nor led a call, None while it is not due), among equals the one ranked last
+    (the ranking is the least likely to send it a call); None when none is due, or when
+    the ranking leads with that one anyway."""
+    waits = [(wait, i) for i in order if (wait := due[i]) is not None]
+    if not waits:
+        return None
+    longest = max(wait for wait, _ in waits)
+    chosen = [i for wait, i in waits if wait == longest][-1]
+    return None if chosen == order[0] else chosen
 
 
 def rank_by_load(counts: Sequence[int], turn: int) -> list[int]:
