@@ -10,7 +10,7 @@ import pytest
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, RedisStore
 from llmguard_sdk._state.steps import in_place
 from llmguard_sdk.router.leases import LeaseAsk, MemoryLeases, RedisLeases
-from llmguard_sdk.testing import FakeProvider
+from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER, RawRedis
 from .heldanswer import AnswerHeld
@@ -208,7 +208,9 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
     servers: list[FakeProvider], redis_url: str, redis_prefix: str
 ) -> None:
     """With two groups, an error while taking the second group's lease left the first
-    group's lease held until it ran out (the call's deadline plus a margin)."""
+    group's lease held until it ran out (the call's deadline plus a margin). The call
+    reaches the broken group (a group's lease is taken when the call reaches it): the
+    deployments before it fail."""
     import anyio
     import pytest
     import redis
@@ -220,6 +222,8 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
     local = DeploymentGroup("local", routes[1:2], strategy="round_robin")
     broken = DeploymentGroup("broken", routes[2:], strategy="round_robin")
     broken.local_leases = _BrokenLeases()
+    for server in servers[:2]:
+        server.always(Fault(status=503))
     store = RedisStore(redis_url, key_prefix=redis_prefix)
     client: RawRedis = redis.Redis.from_url(redis_url)
 
@@ -228,11 +232,11 @@ def test_a_failed_lease_gives_back_the_leases_taken_before_it(
         return sum(client.zcard(k) for k in keys), local.local_leases.counts("local", ["dep-1"])[0]
 
     async def acall() -> None:
-        async with Guard([shared, local, broken], environ={}, store=store) as guard:
+        async with Guard([shared, local, broken], environ={}, store=store, retry=None) as guard:
             await guard.achat(USER)
 
     with (
-        Guard([shared, local, broken], environ={}, store=store) as guard,
+        Guard([shared, local, broken], environ={}, store=store, retry=None) as guard,
         pytest.raises(RuntimeError, match="cannot lease on broken"),
     ):
         guard.chat(USER)
@@ -260,7 +264,8 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
     """A call cancelled (asyncio's own cancellation, which a shielded round trip does not
     stop) while its lease on a second group was in Redis: the batch closed the lease step,
     and the first group's lease and the one taken in Redis stayed held until they ran out
-    (the call's deadline plus a margin), counted as calls in flight."""
+    (the call's deadline plus a margin), counted as calls in flight. The call reaches the
+    second group: the first one's deployment fails."""
     import asyncio
 
     import redis
@@ -270,6 +275,7 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
     ]
     local = DeploymentGroup("local", routes[:1], strategy="round_robin")
     shared = DeploymentGroup("shared", routes[1:], strategy="least_outstanding")
+    servers[0].always(Fault(status=503))
     client: RawRedis = redis.Redis.from_url(redis_url)
 
     def held() -> tuple[int, int]:
@@ -280,7 +286,7 @@ def test_an_async_call_cancelled_while_its_lease_is_taken_gives_its_leases_back(
         proxy = AnswerHeld(redis_url, f"{redis_prefix}:rt:".encode())
         async with proxy as url:
             store = RedisStore(url, key_prefix=redis_prefix)
-            async with Guard([local, shared], environ={}, store=store) as guard:
+            async with Guard([local, shared], environ={}, store=store, retry=None) as guard:
                 call = asyncio.ensure_future(_read(guard, stream))
                 await proxy.holding.wait()  # the take ran in Redis, its answer held back
                 taken = held()

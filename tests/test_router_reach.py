@@ -12,7 +12,7 @@ import pytest
 from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule, TaskRouter
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .conftest import USER, redis_store
+from .conftest import USER, RawRedis, redis_store
 from .test_router import Clock
 
 
@@ -167,3 +167,46 @@ def test_hedged_calls_ranked_together_take_turns_when_they_reach_the_group(
     with Guard(group, hedge_after=30.0, store=store, environ={}) as guard:
         anyio.run(burst)
     assert [s.stats.requests for s in servers] == [3, 3, 3]
+
+
+def test_a_group_the_call_never_reaches_counts_no_call_in_flight(
+    fakes: dict[str, FakeProvider], redis_url: str, redis_prefix: str
+) -> None:
+    """Every group in the call's order took a lease when its route loop started, held to
+    its end: a call the first group answered counted as in flight on a deployment of each
+    later group too (in Redis for ``least_outstanding``, which sent other calls away from
+    it; in the process for the others, where ``latency`` multiplies a cost by it). A group
+    takes the call's lease when the call reaches it."""
+    import redis
+
+    from llmguard_sdk import RedisStore
+
+    small = _group("small", fakes["s0"], fakes["s1"], strategy="round_robin")
+    mid = _group("mid", fakes["mini"])
+    big = _group("big", fakes["b0"], fakes["b1"], strategy="least_outstanding")
+    client: RawRedis = redis.Redis.from_url(redis_url)
+
+    def in_flight() -> tuple[int, int, int]:
+        keys = list(client.scan_iter(match=f"{redis_prefix}:rt:*"))
+        local = [sum(g.local_leases.counts(g.name, g.names)) for g in (small, mid)]
+        return local[0], local[1], sum(client.zcard(k) for k in keys)
+
+    def streamed(guard: Guard) -> tuple[str, tuple[int, int, int]]:
+        with guard.chat(USER, stream=True) as stream:  # in flight until read to its end
+            next(iter(stream))
+            during = in_flight()
+            for _ in stream:
+                pass
+        return stream.response.route, during
+
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    with Guard([small, mid, big], environ={}, store=store, retry=None) as guard:
+        answered = streamed(guard)
+        fakes["s0"].always(Fault(status=503))
+        fakes["s1"].always(Fault(status=503))
+        failed_over = streamed(guard)
+        after = in_flight()
+    client.close()
+    assert answered == ("s0", (1, 0, 0))  # (was 1, 1, 1)
+    assert failed_over == ("mini", (1, 1, 0))  # reached: leased there (was 1, 1, 1)
+    assert after == (0, 0, 0)

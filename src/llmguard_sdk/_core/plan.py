@@ -53,14 +53,13 @@ _EMPTY = "empty stream: the route's stream ended without any chunk"
 
 def plan(run: Run) -> Plan:
     """The route loop of one call (see the module docs); returns the raw response. With
-    deployment groups, the call holds a lease on the deployment each sends it to (its
-    calls in flight) from here to its end."""
+    deployment groups, the call holds a lease on the deployment each group it reaches sends
+    it to (its calls in flight), from then to its end."""
     routing = run.stages.routing
     if routing is None:
         return (yield from _route_loop(run))
     held = run.leases  # given back however the call ends, cut short while leasing too
     try:
-        yield from answer_of(routing.lease_steps(run.ctx, held))
         return (yield from _route_loop(run))
     finally:
         run.queue([routing.give_back_steps([lease]) for lease in held])
@@ -77,7 +76,7 @@ def _route_loop(run: Run) -> Plan:
     order = run.route_order(raced.route if raced is not None else None)
     while order:
         # (a group reached first takes the call; a canary's fallback: the current release's)
-        route = run.reach(order.pop(0), order)
+        route = yield from run.reach(order.pop(0), order)
         run.tried.add(route.name)  # reached: a budget's move sends the call to others
         if routes.too_small_for(ctx, route):
             continue

@@ -28,7 +28,6 @@ from . import limits, plan, routes
 from .assembly import output_text
 from .limits import Reservation
 from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
-from .routing import reach
 from .run import Run, elapsed_since
 
 __all__ = ["charge_silent_losers", "hedge", "race"]
@@ -49,7 +48,7 @@ def hedge(run: Run) -> Generator[Any, Any, Outcome]:
     ]  # (a fallback route is tried once the others failed: never raced beside them)
     for index in range(len(usable) - 1):
         rest = usable[index + 1 :]  # (a group reached first takes the call, as in the loop)
-        first = usable[index] = reach(ctx, usable[index], rest, run.leases)
+        first = usable[index] = yield from run.reach_group(usable[index], rest)
         usable[index + 1 :] = rest
         admitted, reservation = yield from plan.admit(run, first)
         if not admitted:
@@ -100,7 +99,7 @@ def race(
     """Decide a hedge race (see the module docs); the driver runs its legs."""
     state = _Race(run, _Leg(first, reservation, run), second)
     try:
-        yield _start(run, state.legs[first.name])
+        yield (yield from _start(run, state.legs[first.name]))
         yield from _until_decided(state)
         yield from _answered_too(state)
         yield _stop(state)
@@ -113,10 +112,10 @@ def race(
     return _outcome(state)
 
 
-def _start(run: Run, leg: _Leg) -> StartLeg:
+def _start(run: Run, leg: _Leg) -> Generator[Any, Any, StartLeg]:
     run.ctx.attempts += 1
     run.tried.add(leg.route.name)
-    reach(run.ctx, leg.route)  # (its group takes the call)
+    yield from run.reach_group(leg.route)  # (its group takes the call, leased there)
     make = plan.open_op if run.streaming else plan.complete_op
     op = make(run, leg.route, leg.record)
     return StartLeg(op)
@@ -193,7 +192,7 @@ def _start_second(state: _Race) -> Generator[Any, Any, None]:
         run.tried.add(second.name)
         return
     leg = state.legs[second.name] = _Leg(second, reservation, run)
-    yield _start(run, leg)
+    yield (yield from _start(run, leg))
 
 
 def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Reservation | None]]:

@@ -1,11 +1,11 @@
 """The chain's order for one call: each deployment group's deployments ranked by its
 strategy, in the group's place among the other routes; the call's leases on the deployments
-it goes to (its calls in flight), taken when its route loop starts and given back at its end.
+it goes to (its calls in flight), taken when the call reaches each group and given back at
+its end.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import uuid
@@ -19,14 +19,14 @@ from ..errors import ProviderError, RateLimitedError, UnknownModelError
 from ..providers.base import Provider
 from ..router import DeploymentGroup
 from ..router.groups import CallFacts
-from ..router.leases import LeaseAsk, Leases, MemoryLeases, RedisLeases
+from ..router.leases import Leases, RedisLeases
 from ..store import RedisStore, Store
 from .limits import route_input_tokens
 
 if TYPE_CHECKING:
     from ..budget.prices import PriceTable
 
-__all__ = ["Lease", "Routing", "flatten", "members", "reach"]
+__all__ = ["Lease", "Routing", "flatten", "members"]
 
 _LEASE_MARGIN_S = 5.0  # a lease outlives its call's deadline by this much (then it runs out)
 
@@ -154,37 +154,46 @@ class Routing:
         if model not in served:
             raise UnknownModelError(model, list(self.groups), served)
 
-    def lease_steps(self, ctx: CallContext, held: list[Lease]) -> Step[list[Lease]]:
-        """Lease the call on the deployment each group sends it to, in ``ctx.route_order``
-        (which a group that decides with the lease reorders); returns ``held``.
+    def reach_steps(
+        self,
+        ctx: CallContext,
+        route: Provider,
+        left: list[Provider] | None,
+        held: list[Lease],
+    ) -> Step[Provider]:
+        """The call goes to ``route``: the first time it reaches a deployment of a group
+        ranked for it, the group takes the call (its round goes on, the deployment leads:
+        see :meth:`DeploymentGroup.reach`), ranking its deployments anew when other calls
+        took turns meanwhile, and the call is leased on the deployment it goes to (one that
+        decides with the lease, ``least_outstanding``, picks it so); returns the route to
+        try, ``left`` (the routes after it) reordered in place. A race's leg (``left``
+        None) keeps its route. A group the call never reaches takes no lease.
 
         ``held`` is the caller's record of the call's leases, kept up to date as the step
-        goes: a lease is in it before its take goes out, on each deployment the take may land
-        on until its answer tells which. A step closed half-way (its batch cut short by a
-        cancellation) cannot give anything back itself; the caller gives back ``held``. A
-        lease that fails gives back those in ``held``, empties it, then raises."""
-        call_id, order = uuid.uuid4().hex, list(ctx.route_order)
-        lease_s = _lease_s(ctx)
-        try:
-            for entry in self.entries:
-                if not isinstance(entry, DeploymentGroup):
-                    continue
-                at = [i for i, route in enumerate(order) if route.name in entry.names]
-                if not at:
-                    continue
-                leases, mine = self._leases[entry.name], [order[i] for i in at]
-                asked = len(held)  # in doubt until the take answers: every deployment asked
-                held.extend(Lease(entry, leases, route.name, call_id) for route in mine)
-                mine = yield from entry.lease_steps(mine, leases, call_id, lease_s)
-                for i, route in zip(at, mine, strict=True):
-                    order[i] = route
-                held[asked:] = [Lease(entry, leases, mine[0].name, call_id)]
-        except Exception:  # not held until they run out: the call never starts
-            yield from self.give_back_steps(list(held))
-            held.clear()  # (cut short meanwhile, the caller gives them all back again)
-            raise
-        ctx.route_order = tuple(order)
-        return held
+        goes: a lease is in it before its take goes out, on each deployment the take may
+        land on until its answer tells which. A step closed half-way (its batch cut short
+        by a cancellation) cannot give anything back itself; the caller gives back
+        ``held``, as it does when the take fails."""
+        found = next((g for g in ctx.unreached if route.name in g.names), None)
+        if found is None:
+            return route
+        turn, facts = ctx.unreached.pop(found)
+        at = [i for i, r in enumerate(left or ()) if r.name in found.names]
+        mine = [route] + [left[i] for i in at] if left is not None else [route]
+        shared = found.strategy == "least_outstanding"  # (it decides with the lease)
+        if not shared:
+            mine = found.reach(mine, turn, facts)
+        leases, call_id = self._leases[found.name], uuid.uuid4().hex
+        asked = len(held)  # in doubt until the take answers: every deployment asked
+        held.extend(Lease(found, leases, other.name, call_id) for other in mine)
+        mine = yield from found.lease_steps(mine, leases, call_id, _lease_s(ctx))
+        held[asked:] = [Lease(found, leases, mine[0].name, call_id)]
+        if shared:
+            found.reach(mine, turn, facts)
+        if left is not None:
+            for i, other in zip(at, mine[1:], strict=True):
+                left[i] = other
+        return mine[0]
 
     def give_back_steps(self, leases: Sequence[Lease]) -> Step[None]:
         """End the call's ``leases``."""
@@ -250,48 +259,6 @@ def _lease_s(ctx: CallContext) -> float:
     if not math.isfinite(ctx.deadline):
         return 3600.0
     return min(3600.0, max(0.0, ctx.deadline - time.monotonic()) + _LEASE_MARGIN_S)
-
-
-def reach(
-    ctx: CallContext,
-    route: Provider,
-    left: list[Provider] | None = None,
-    held: list[Lease] | None = None,
-) -> Provider:
-    """The call goes to ``route``: the first time it reaches a deployment of a group ranked
-    for it, the group takes the call (its round goes on, the deployment leads: see
-    :meth:`DeploymentGroup.reach`), and may rank its deployments anew when other calls
-    took turns meanwhile; returns the route to try, ``left`` (the routes after it)
-    reordered in place, the call's lease (in ``held``) moved with it. A race's leg
-    (``left`` None) keeps its route."""
-    found = next((g for g in ctx.unreached if route.name in g.names), None)
-    if found is None:
-        return route
-    turn, facts = ctx.unreached.pop(found)
-    at = [i for i, r in enumerate(left or ()) if r.name in found.names]
-    mine = [route] + [left[i] for i in at] if left is not None else [route]
-    ranked = found.reach(mine, turn, facts)
-    if left is None or ranked == mine:
-        return route
-    for i, other in zip(at, ranked[1:], strict=True):
-        left[i] = other
-    _move_lease(ctx, held or [], found, ranked[0].name)
-    return ranked[0]
-
-
-def _move_lease(ctx: CallContext, held: list[Lease], group: DeploymentGroup, to: str) -> None:
-    """The call's lease on ``group`` goes to deployment ``to`` (a lease in this process:
-    the groups that count calls in flight through Redis decide with the lease, never
-    reranked)."""
-    for i, lease in enumerate(held):
-        if lease.group is group and lease.deployment != to:
-            if not isinstance(lease.leases, MemoryLeases):
-                return
-            lease.leases.give_back(group.name, lease.deployment, lease.call_id)
-            pick, lease_s = group.names.index(to), _lease_s(ctx)
-            lease.leases.take(LeaseAsk(group.name, group.names, pick, 0, lease.call_id, lease_s))
-            held[i] = dataclasses.replace(lease, deployment=to)
-            return
 
 
 def flatten(entries: Sequence[Provider | DeploymentGroup]) -> tuple[Provider, ...]:

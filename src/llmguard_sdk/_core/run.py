@@ -34,7 +34,7 @@ from . import limits, routes
 from .limits import Reservation
 from .opening import Ahead, CallKeys, Tail
 from .ops import Blocking, answer_of
-from .routing import Lease, reach
+from .routing import Lease
 from .stages import Stages
 
 __all__ = ["Run"]
@@ -86,16 +86,27 @@ class Run:
             self.ctx, stages.routes, record, self.request, stages.propagated
         )
 
-    def reach(self, route: Provider, left: list[Provider]) -> Provider:
+    def reach_group(
+        self, route: Provider, left: list[Provider] | None = None
+    ) -> Generator[Any, Any, Provider]:
+        """The call goes to ``route`` (``left``: the routes after it; None: a race's leg,
+        which keeps its route); returns the route to try. A deployment group reached for
+        the first time takes the call and leases it (see
+        :meth:`~.routing.Routing.reach_steps`: it may send it to another of its
+        deployments, ``left`` reordered in place)."""
+        routing = self.stages.routing
+        if routing is None:
+            return route
+        return (yield from answer_of(routing.reach_steps(self.ctx, route, left, self.leases)))
+
+    def reach(self, route: Provider, left: list[Provider]) -> Generator[Any, Any, Provider]:
         """The loop goes to ``route`` (``left``: the routes after it); returns the route
-        to try. A deployment group reached for the first time takes the call (see
-        :func:`~.routing.reach`: it may send it to another of its deployments, ``left``
-        reordered in place). A canary call's first fallback route (the current release's,
-        its candidate's routes all failed) makes the call send what the current release
-        shapes (see :meth:`~llmguard_sdk.releases.control.ReleaseControl.fall_back`), under
-        a new idempotency key, an interrupted stream's continuation built on it."""
+        to try (see :meth:`reach_group`). A canary call's first fallback route (the current
+        release's, its candidate's routes all failed) makes the call send what the current
+        release shapes (see :meth:`~llmguard_sdk.releases.control.ReleaseControl.fall_back`),
+        under a new idempotency key, an interrupted stream's continuation built on it."""
         ctx, releases = self.ctx, self.stages.releases
-        route = reach(ctx, route, left, self.leases)
+        route = yield from self.reach_group(route, left)
         if releases is None or all(r.name != route.name for r in ctx.fallback_routes):
             return route
         if not releases.fall_back(ctx):

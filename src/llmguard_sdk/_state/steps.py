@@ -256,7 +256,7 @@ class Batch:
     A run cut short (cancelled) closes the steps still going: a step closed then can give
     back neither what it took in earlier rounds nor what its command in flight did. So a step
     that takes something records it, before its command goes out, in a record its caller owns
-    (a rate-limit ``Reservation``, the leases of ``Routing.lease_steps``), and the caller
+    (a rate-limit ``Reservation``, the leases of ``Routing.reach_steps``), and the caller
     gives back what the record holds however the run ended.
 
     ``by``: asked at each round, the :func:`time.monotonic` instant until which that round's

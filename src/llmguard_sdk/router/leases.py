@@ -1,8 +1,9 @@
 """Calls in flight per deployment, as leases that run out: in this process
 (:class:`MemoryLeases`) or shared by every process through Redis (:class:`RedisLeases`).
 
-A call takes a lease on the deployment it goes to when its route loop starts and gives it
-back when the call ends; a lease also ends at its deadline (the call's own, plus a margin),
+A call takes a lease on the deployment a group sends it to when it reaches the group (a
+group it never reaches, an earlier route having answered, counts nothing) and gives it back
+when the call ends; a lease also ends at its deadline (the call's own, plus a margin),
 so a caller that crashed holds nothing for long. Each decision first drops the leases whose
 deadline passed (in this process, from a queue ordered by deadline: a decision's cost does not
 grow with the calls in flight): the state is bounded by the calls in flight, not by time.
