@@ -292,10 +292,14 @@ def to_current(ctx: CallContext, route: Provider, error: ProviderError) -> bool:
     its fallback routes), with fallback routes (``ReleasePlan(fallback_to_current=True)``).
     Not a content filter's refusal: the prompt goes to no other provider (``moves_on=``
     can hand it on)."""
+    return not isinstance(error, ContentPolicyError) and on_candidate(ctx, route)
+
+
+def on_candidate(ctx: CallContext, route: Provider) -> bool:
+    """Whether ``route`` serves a canary call still on its candidate that has fallback routes
+    (the current release's; ``route`` is none of them)."""
     fallback = ctx.fallback_routes
-    if ctx.arm != "canary" or not fallback or isinstance(error, ContentPolicyError):
-        return False
-    return all(r.name != route.name for r in fallback)
+    return ctx.arm == "canary" and bool(fallback) and all(r.name != route.name for r in fallback)
 
 
 def route_refused(ctx: CallContext, stages: Stages, route: Provider, permit: Permit) -> None:

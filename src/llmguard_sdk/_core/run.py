@@ -333,11 +333,24 @@ class Run:
             self.carried_metadata = self.delivered_metadata
             self.request = routes.continuation_request(ctx.request, self.carried)
             ctx.continue_with(self.request)
+            self._within_release(route, order)
             return
         if routes.fall_through(
             ctx, route, error, delivered=self.delivered, moves_on=self.stages.moves_on
         ):
             self.skip_to_current(order)
+
+    def _within_release(self, route: Provider, order: list[Provider] | None) -> None:
+        """A canary call's stream that delivered its candidate's text is continued by the
+        candidate's routes alone: its fallback routes (the current release's: another prompt,
+        other parameters) are not tried (counted as used up, taken out of ``order``), and the
+        interruption is raised when no candidate route is left."""
+        if not routes.on_candidate(self.ctx, route):
+            return
+        fallback = {r.name for r in self.ctx.fallback_routes}
+        self.tried.update(fallback)
+        if order is not None:
+            order[:] = [r for r in order if r.name not in fallback]
 
     def skip_to_current(self, order: list[Provider] | None = None) -> None:
         """A canary call's candidate refused its request as wrong (see
