@@ -9,7 +9,9 @@ the driver then closes the provider streams it opened.
 A hedge race's legs run in threads (sync; a loser is aborted: its sockets are shut down, a local
 model's generation abandoned, so it ends at once and gives its permit and lease back; a
 provider that registers nothing with the abort is left to its deadline) or in tasks (async; a
-loser is cancelled).
+loser is cancelled). Either driver waits for the losers it stopped to end where they end at
+once (a thread the abort reached; a cancelled task), so an answer that came as a loser was
+stopped is read and charged as it used (one left to its deadline is charged an estimate).
 """
 
 from __future__ import annotations
@@ -236,11 +238,13 @@ def _race(op: ops.Race, run: Run, streams: _Streams) -> Any:
                 legs.start(race_op)
             elif isinstance(race_op, ops.AwaitLeg):
                 answer = legs.wait(race_op.timeout)
+            elif isinstance(race_op, ops.HaltLegs):
+                answer = legs.halt(race_op.keep, run)
             elif isinstance(race_op, ops.StopLegs):
-                legs.stop(race_op, run)
+                legs.give_back(race_op, run)
     except BaseException:
         steps.close()  # the race plan gives back what its legs hold
-        legs.stop(ops.StopLegs(None), run)
+        legs.stop_all(run)
         raise
     if isinstance(outcome, ops.Preopened):
         streams.add(outcome.chunks)
@@ -253,8 +257,9 @@ class _Leg:
     chunks: Any = None
     finished: bool = False
     stopped: bool = False
-    after: list[Step[Any]] = field(default_factory=list)
+    after: list[Step[Any]] | None = None  # (None: the race has not said yet)
     abort: Abort = field(default_factory=Abort)
+    thread: threading.Thread | None = None
 
 
 class _ThreadLegs:
@@ -270,7 +275,8 @@ class _ThreadLegs:
         leg = self.legs[op.route.name] = _Leg(op)
         if isinstance(op.attempt, ops.Open):
             leg.chunks = _open(op.attempt)
-        threading.Thread(target=self._run, args=(leg,), daemon=True).start()
+        leg.thread = threading.Thread(target=self._run, args=(leg,), daemon=True)
+        leg.thread.start()
 
     def _run(self, leg: _Leg) -> None:
         name = leg.op.route.name
@@ -282,13 +288,13 @@ class _ThreadLegs:
             event = _failed_leg(name, error)
         with self.lock:
             leg.finished = True
-            stopped = leg.stopped
-        if not stopped:
+            after = leg.after if leg.stopped else None
+        if after is None:  # (stopped, not given back yet: the race reads it, gives back)
             self.events.put(event)
             return
         if leg.chunks is not None:  # lost the race while reading: this thread ends it
             leg.chunks.close()
-        _send_now(leg.after)
+        _send_now(after)
 
     @staticmethod
     def _attempt(leg: _Leg) -> ops.LegEvent:
@@ -308,25 +314,49 @@ class _ThreadLegs:
         except queue.Empty:
             return None
 
-    def stop(self, op: ops.StopLegs, run: Run) -> None:
+    def halt(self, keep: str | None, run: Run) -> list[ops.LegEvent]:
+        """Stop every leg but ``keep``; wait for those the abort reached (they end at once:
+        a socket shut down, a generation abandoned), within the call's deadline; the events
+        of the legs that ended by then (one that registered nothing goes on, its deadline
+        its end)."""
+        with self.lock:
+            running = [leg for name, leg in self.legs.items() if name != keep and not leg.stopped]
+            for leg in running:
+                leg.stopped = True
+        for leg in running:
+            if not leg.finished and leg.abort.abort() and leg.thread is not None:
+                leg.thread.join(max(0.0, run.ctx.remaining()))
+        events: list[ops.LegEvent] = []
+        while True:
+            try:
+                events.append(self.events.get_nowait())
+            except queue.Empty:
+                return events
+
+    def give_back(self, op: ops.StopLegs, run: Run) -> None:
+        """Send each stopped leg's give-backs (``op.after``) once it has ended: now, or from
+        its thread when it ends."""
         ended: list[_Leg] = []
-        running: list[_Leg] = []
         with self.lock:
             for name, leg in self.legs.items():
-                if name == op.keep or leg.stopped:
+                if name == op.keep or not leg.stopped or leg.after is not None:
                     continue
-                leg.stopped = True
+                leg.after = op.after.get(name, [])
                 if leg.finished:
                     ended.append(leg)
-                    run.queue(op.after.get(name, []))
-                else:  # still running: stopped now, it gives back when it ends
-                    leg.after = op.after.get(name, [])
-                    running.append(leg)
-        for leg in running:
-            leg.abort.abort()
+                    run.queue(leg.after)
         for leg in ended:
             if leg.chunks is not None:
                 leg.chunks.close()
+
+    def stop_all(self, run: Run) -> None:
+        """The race left mid-way: every leg stopped, its give-backs the race plan's."""
+        with self.lock:
+            for leg in self.legs.values():
+                leg.stopped = True
+        for leg in self.legs.values():
+            leg.abort.abort()
+        self.give_back(ops.StopLegs(None), run)
 
 
 def _send_now(steps: list[Step[Any]]) -> None:
@@ -419,8 +449,10 @@ async def _arace(op: ops.Race, run: Run, streams: _Streams) -> Any:
                         legs.start(race_op)
                     elif isinstance(race_op, ops.AwaitLeg):
                         answer = await legs.wait(race_op.timeout)
+                    elif isinstance(race_op, ops.HaltLegs):
+                        answer = await legs.halt(race_op.keep)
                     elif isinstance(race_op, ops.StopLegs):
-                        legs.stop(race_op, run)
+                        legs.give_back(race_op, run)
                 except StopIteration as finished:
                     outcome = finished.value
                     break
@@ -451,6 +483,7 @@ class _TaskLeg:
     op: ops.StartLeg
     scope: anyio.CancelScope
     chunks: Any = None
+    ended: anyio.Event = field(default_factory=anyio.Event)
 
 
 class _TaskLegs:
@@ -485,6 +518,8 @@ class _TaskLegs:
                     event = ops.LegEvent(name, value=(buffered, leg.chunks))
             except Exception as error:  # cancellation is the task group's, not the leg's
                 event = _failed_leg(name, error)
+            finally:
+                leg.ended.set()
             self.events.append(event)
             self.arrived.set()
 
@@ -500,10 +535,21 @@ class _TaskLegs:
                 await self.arrived.wait()
         return self.events.popleft() if self.events else None
 
-    def stop(self, op: ops.StopLegs, run: Run) -> None:
-        for name, leg in self.legs.items():
+    async def halt(self, keep: str | None) -> list[ops.LegEvent]:
+        """Cancel every leg but ``keep`` and wait for their tasks to end (at once, unless
+        one waits on what a cancellation does not stop: the task group waits for it
+        anyway); the events of the legs that ended by then."""
+        stopped = [leg for name, leg in self.legs.items() if name != keep]
+        for leg in stopped:
+            leg.scope.cancel()
+        for leg in stopped:
+            await leg.ended.wait()
+        events, self.events = list(self.events), deque()
+        return events
+
+    def give_back(self, op: ops.StopLegs, run: Run) -> None:
+        for name in self.legs:
             if name != op.keep:
-                leg.scope.cancel()
                 run.queue(op.after.get(name, []))
 
     async def aclose_streams(self, keep: Any) -> None:

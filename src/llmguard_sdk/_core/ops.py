@@ -24,6 +24,7 @@ __all__ = [
     "Blocking",
     "Complete",
     "Emit",
+    "HaltLegs",
     "LegEvent",
     "Next",
     "Op",
@@ -131,9 +132,19 @@ class AwaitLeg:
 
 
 @dataclass(frozen=True)
+class HaltLegs:
+    """The race is decided: stop every leg but ``keep``, and wait for those it stopped to end
+    where they end at once (a thread its abort reached; a cancelled task); answer the events of
+    the legs that ended meanwhile (an answer that came as a leg was stopped is charged as
+    used). Their give-backs come with :class:`StopLegs`."""
+
+    keep: str | None
+
+
+@dataclass(frozen=True)
 class StopLegs:
-    """The race is decided: end every leg but ``keep``; once a leg has ended, send its
-    give-backs (``after``: its breaker permit, its rate-limit lease)."""
+    """After :class:`HaltLegs`: once each leg stopped (every one but ``keep``) has ended, send
+    its give-backs (``after``: its breaker permit, its rate-limit lease)."""
 
     keep: str | None
     after: dict[str, list[Step[Any]]] = field(default_factory=dict)
@@ -163,7 +174,7 @@ class LegEvent:
     unexpected: BaseException | None = None
 
 
-RaceOp: TypeAlias = "Ask | StartLeg | AwaitLeg | StopLegs"
+RaceOp: TypeAlias = "Ask | StartLeg | AwaitLeg | HaltLegs | StopLegs"
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ waited for a slot would defeat its purpose). The first leg ready wins (a whole a
 stream's first content); the other is ended and gives its permit and lease back. At the
 deadline every leg still running counts as a timeout. A hedged pair is not retried; if both
 fail, the route loop goes on with the next routes. A loser whose answer (or a stream's first
-content) had arrived too by the time the race was decided is charged what it used (its usage,
-else its counted output), not an estimate; one cut off before is charged its prompt and an
-estimate of its output (a plain call's: the winner's output; a stream's: the hidden
-reasoning the winner did before its first content).
+content) had arrived too by the time the race was decided, or came as it was stopped, is
+charged what it used (its usage, else its counted output), not an estimate; one cut off before
+is charged its prompt and an estimate of its output (a plain call's: the winner's output; a
+stream's: the hidden reasoning the winner did before its first content).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from ..providers.base import Provider
 from ..store import Step
 from ..tokens import count_text_tokens
 from . import limits, plan, routes
-from .assembly import output_text
+from .assembly import has_content, output_text
 from .limits import Reservation
-from .ops import AwaitLeg, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
+from .ops import AwaitLeg, HaltLegs, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
 
 __all__ = ["charge_silent_losers", "hedge", "race"]
@@ -102,9 +102,10 @@ def race(
         yield (yield from _start(run, state.legs[first.name]))
         yield from _until_decided(state)
         yield from _answered_too(state)
+        yield from _halted(state)
         yield _stop(state)
     except BaseException:  # closed or cancelled mid-race: every running leg gives back
-        for leg in state.running():
+        for leg in state.running() + _kept(state):
             leg.ended = True
             limits.cut_off(run.ctx, leg.route, leg.reservation)  # (its prompt billed)
             run.queue(run.give_back_steps(leg.route, leg.reservation))
@@ -173,10 +174,45 @@ def _answered_too(state: _Race) -> Generator[Any, Any, None]:
         event: LegEvent | None = yield AwaitLeg(0.0)
         if event is None:
             return
-        if event.error is not None:
-            _ended(state, event)
-        elif event.unexpected is None:  # (a loser's bug: stopped as any loser)
+        _take(state, event)
+
+
+def _take(state: _Race, event: LegEvent) -> None:
+    """A loser's event after the race was won: its failure settled as one, its answer kept
+    to charge it as used (a loser's bug: stopped as any loser)."""
+    if event.error is not None:
+        _ended(state, event)
+    elif event.unexpected is None:
+        state.answered[event.route] = event
+
+
+def _halted(state: _Race) -> Generator[Any, Any, None]:
+    """Stop the losers, and take the answers of those that ended meanwhile: an answer that
+    came as a loser was stopped is charged as it used, not estimated (its thread ended after
+    the race decided; its task after its cancellation). A failure then is the stop's own (an
+    aborted socket): not the route's."""
+    winner = state.winner
+    keep = winner[0].route.name if winner is not None and state.run.streaming else None
+    events: list[LegEvent] = yield HaltLegs(keep)
+    for event in events if winner is not None else ():
+        if not state.legs[event.route].ended and _answer_came(event):
             state.answered[event.route] = event
+
+
+def _answer_came(event: LegEvent) -> bool:
+    """Whether a stopped leg's event is an answer: a whole one, or a stream's first content
+    (a stream stopped before it is a loser cut off)."""
+    if isinstance(event.value, ChatResponse):
+        return True
+    return event.value is not None and any(has_content(c) for c in event.value[0])
+
+
+def _kept(state: _Race) -> list[_Leg]:
+    """A winning stream not yet handed on (the race was closed as it stopped the others)."""
+    winner = state.winner
+    if winner is None or not state.run.streaming:
+        return []
+    return [winner[0]]
 
 
 def _moves_on(state: _Race, error: ProviderError | None) -> bool:

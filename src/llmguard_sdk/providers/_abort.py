@@ -44,13 +44,15 @@ class Abort:
                 return
         _run(callback)
 
-    def abort(self) -> None:
-        """Stop the call: run every callback registered, and any registered from now on."""
+    def abort(self) -> bool:
+        """Stop the call: run every callback registered, and any registered from now on.
+        Whether any had been (the call waited on something that stops it: it ends now)."""
         with self._lock:
             self.aborted = True
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             _run(callback)
+        return bool(callbacks)
 
 
 def _run(callback: Callable[[], object]) -> None:
