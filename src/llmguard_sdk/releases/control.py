@@ -247,7 +247,9 @@ class ReleaseControl:
             if error is None or rejected or failed:
                 cost = response.cost_usd if response is not None else None
                 delta = observation(ctx.elapsed(), cost, failed=failed, rejected=rejected)
-                self._count(ctx.arm, delta, call_id)
+                # (an answer that stood in, the current release's say, is not the arm's: its
+                # feedback says nothing of the arm)
+                self._count(ctx.arm, delta, None if stood_in else call_id)
         # the release's calls only: a promoted candidate's would be shadowed to itself; and
         # none to a candidate rolled back (the canary found it bad: its calls cost, for nothing)
         shadowed = ctx.arm == "control" and ctx.release == self.plan.release.id
