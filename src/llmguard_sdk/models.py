@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -540,6 +541,9 @@ class StreamChunk(BaseModel):
     id: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
+    # the provider's usage so far, before the stream's end (Anthropic's ``message_start``: the
+    # prompt's input tokens): not the answer's, what a hedge race's stopped loser had used
+    _usage_so_far: Usage | None = PrivateAttr(default=None)
 
 
 from ._quick_request import quick_request  # noqa: E402  (it builds this module's models)

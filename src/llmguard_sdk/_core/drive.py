@@ -260,6 +260,7 @@ class _Leg:
     after: list[Step[Any]] | None = None  # (None: the race has not said yet)
     abort: Abort = field(default_factory=Abort)
     thread: threading.Thread | None = None
+    buffered: list[StreamChunk] = field(default_factory=list)  # (a stream's, so far)
 
 
 class _ThreadLegs:
@@ -301,12 +302,11 @@ class _ThreadLegs:
         attempt, name = leg.op.attempt, leg.op.route.name
         if isinstance(attempt, ops.Complete):
             return ops.LegEvent(name, value=_complete(attempt))
-        buffered: list[StreamChunk] = []
         for chunk in leg.chunks:
-            buffered.append(chunk)
+            leg.buffered.append(chunk)
             if has_content(chunk) or leg.stopped:
                 break
-        return ops.LegEvent(name, value=(buffered, leg.chunks))
+        return ops.LegEvent(name, value=(leg.buffered, leg.chunks))
 
     def wait(self, timeout: float) -> ops.LegEvent | None:
         try:
@@ -331,7 +331,7 @@ class _ThreadLegs:
             try:
                 events.append(self.events.get_nowait())
             except queue.Empty:
-                return events
+                return _with_streamed(events, {leg.op.route.name: leg for leg in running})
 
     def give_back(self, op: ops.StopLegs, run: Run) -> None:
         """Send each stopped leg's give-backs (``op.after``) once it has ended: now, or from
@@ -357,6 +357,18 @@ class _ThreadLegs:
         for leg in self.legs.values():
             leg.abort.abort()
         self.give_back(ops.StopLegs(None), run)
+
+
+def _with_streamed(events: list[ops.LegEvent], stopped: dict[str, Any]) -> list[ops.LegEvent]:
+    """``events``, and for each ``stopped`` stream leg that ended without one of its chunks
+    (failed as it was stopped; a cancelled task) the chunks it had read: what it used so far."""
+    read = {event.route for event in events if event.value is not None}
+    streamed = [
+        ops.LegEvent(name, value=(list(leg.buffered), leg.chunks))
+        for name, leg in stopped.items()
+        if name not in read and leg.buffered
+    ]
+    return events + streamed
 
 
 def _send_now(steps: list[Step[Any]]) -> None:
@@ -484,6 +496,7 @@ class _TaskLeg:
     scope: anyio.CancelScope
     chunks: Any = None
     ended: anyio.Event = field(default_factory=anyio.Event)
+    buffered: list[StreamChunk] = field(default_factory=list)  # (a stream's, so far)
 
 
 class _TaskLegs:
@@ -510,12 +523,11 @@ class _TaskLegs:
                 if isinstance(attempt, ops.Complete):
                     event = ops.LegEvent(name, value=await _acomplete(attempt))
                 else:
-                    buffered: list[StreamChunk] = []
                     async for chunk in leg.chunks:
-                        buffered.append(chunk)
+                        leg.buffered.append(chunk)
                         if has_content(chunk):
                             break
-                    event = ops.LegEvent(name, value=(buffered, leg.chunks))
+                    event = ops.LegEvent(name, value=(leg.buffered, leg.chunks))
             except Exception as error:  # cancellation is the task group's, not the leg's
                 event = _failed_leg(name, error)
             finally:
@@ -545,7 +557,7 @@ class _TaskLegs:
         for leg in stopped:
             await leg.ended.wait()
         events, self.events = list(self.events), deque()
-        return events
+        return _with_streamed(events, {leg.op.route.name: leg for leg in stopped})
 
     def give_back(self, op: ops.StopLegs, run: Run) -> None:
         for name in self.legs:

@@ -9,7 +9,9 @@ fail, the route loop goes on with the next routes. A loser whose answer (or a st
 content) had arrived too by the time the race was decided, or came as it was stopped, is
 charged what it used (its usage, else its counted output), not an estimate; one cut off before
 is charged its prompt and an estimate of its output (a plain call's: the winner's output; a
-stream's: the hidden reasoning the winner did before its first content).
+stream's: the hidden reasoning the winner did before its first content). A streamed loser's
+prompt is counted as its provider reported it in what it had streamed (Anthropic's
+``message_start``), where it did.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from ..budget._usage import usable_usage
 from ..errors import ProviderError, ProviderTimeoutError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
@@ -82,6 +85,7 @@ class _Race:
         self.winner: tuple[_Leg, LegEvent] | None = None
         self.won_usage: Usage | None = None  # a plain call's winner's usage, read once
         self.answered: dict[str, LegEvent] = {}  # losers whose answer had arrived too
+        self.so_far: dict[str, Usage] = {}  # what streamed losers' providers reported so far
         self.unexpected: BaseException | None = None
         self.hedged = False
 
@@ -195,8 +199,12 @@ def _halted(state: _Race) -> Generator[Any, Any, None]:
     keep = winner[0].route.name if winner is not None and state.run.streaming else None
     events: list[LegEvent] = yield HaltLegs(keep)
     for event in events if winner is not None else ():
-        if not state.legs[event.route].ended and _answer_came(event):
+        if state.legs[event.route].ended:
+            continue
+        if _answer_came(event):
             state.answered[event.route] = event
+        elif isinstance(event.value, tuple) and (so_far := reported(event.value[0])) is not None:
+            state.so_far[event.route] = so_far  # (a stream stopped before its content)
 
 
 def _answer_came(event: LegEvent) -> bool:
@@ -285,7 +293,12 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
     if answered is None:
         if run.streaming:  # (its output is known once the winner's stream ends)
             run.silent_losers.append((len(run.ctx.unserved), _allowed(run, leg)))
-        limits.cut_off(run.ctx, leg.route, leg.reservation, _loser_output(state, leg))
+        output = _loser_output(state, leg)
+        so_far = state.so_far.get(leg.route.name)
+        if so_far is None:
+            limits.cut_off(run.ctx, leg.route, leg.reservation, output)
+        else:  # its prompt as its provider counted it
+            run.ctx.unserved.append((leg.route.name, _at_least(so_far, output)))
         return run.give_back_steps(leg.route, leg.reservation)
     used, headers = _answer_usage(state, leg, answered)
     run.ctx.unserved.append((leg.route.name, used))
@@ -305,11 +318,31 @@ def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict
     model = next((chunk.model for chunk in reversed(buffered) if chunk.model), None)
     text = "".join(output_text(chunk) for chunk in buffered)
     output = count_text_tokens(text, limits.answer_model(ctx, leg.route, model)).tokens
-    sent = limits.sent_input(ctx, leg.route, leg.reservation)
     headers: dict[str, str] = {}
     for chunk in buffered:
         headers.update(chunk.headers or {})
+    so_far = reported(buffered)
+    if so_far is not None:  # its provider's count of its prompt, its output at least
+        return _at_least(so_far, output), headers
+    sent = limits.sent_input(ctx, leg.route, leg.reservation)
     return Usage(input_tokens=sent, output_tokens=output, estimated=True), headers
+
+
+def reported(chunks: list[StreamChunk]) -> Usage | None:
+    """The usage a stream's provider reported in ``chunks`` (the last), before its end: a
+    chunk's usage, or what Anthropic's ``message_start`` says of the prompt."""
+    for chunk in reversed(chunks):
+        found = usable_usage(chunk.usage) or usable_usage(chunk._usage_so_far)
+        if found is not None:
+            return found
+    return None
+
+
+def _at_least(used: Usage, output: int) -> Usage:
+    """``used`` (a provider's usage so far), its output at least ``output`` (estimated)."""
+    return used.model_copy(
+        update={"output_tokens": max(used.output_tokens, output), "estimated": True}
+    )
 
 
 def _loser_output(state: _Race, leg: _Leg) -> int:

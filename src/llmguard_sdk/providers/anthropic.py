@@ -518,7 +518,9 @@ class AnthropicStreamState(StreamState):
         self.model = message["model"] if _is_str(message.get("model")) else ""
         self.message_id = message["id"] if _is_str(message.get("id")) else None
         self._add_usage(message.get("usage"))
-        return self._make()
+        chunk = self._make()
+        chunk._usage_so_far = usage_from_payload(self.usage)[0] if self.usage else None
+        return chunk
 
     def _of_thinking(self, event: Mapping[str, Any], index: int | None) -> bool:
         """Whether ``event`` is one of a thinking block's (its start, deltas, stop)."""
