@@ -118,3 +118,32 @@ def test_a_leading_byte_order_mark_is_ignored() -> None:
     assert list(decoder.feed("\ufeffdata: a\n\n\ufeffdata: b\n\n".encode())) == [
         ServerSentEvent("a")
     ]
+
+
+def test_an_empty_piece_between_a_cr_and_its_lf_ends_no_line() -> None:
+    # the CR of a CRLF was read last, then an empty piece: the LF that came after it read as
+    # a blank line of its own, and one event was dispatched as two
+    events, pending = decode([b"data: a\r", b"", b"\ndata: b\r\n\r\n"])
+    assert [e.data for e in events] == ["a\nb"]
+    assert not pending
+
+
+def test_a_long_line_and_a_read_of_many_events_give_every_event() -> None:
+    # a line that comes in many pieces, then many events in one piece: each piece scanned
+    # once (the buffer was searched and copied again for each line)
+    long_line = b"data: " + b"x" * 200_000 + b"\n\n"
+    pieces = [long_line[i : i + 1000] for i in range(0, len(long_line), 1000)]
+    many = b"".join(b"data: %d\r\n\r\n" % i for i in range(2000))
+    events, pending = decode([*pieces, many[:-1], many[-1:]])
+    assert [len(e.data) for e in events[:1]] == [200_000]
+    assert [e.data for e in events[1:]] == [str(i) for i in range(2000)]
+    assert not pending
+
+
+def test_a_reader_that_stops_early_leaves_the_rest_for_the_next_piece() -> None:
+    decoder = SSEDecoder()
+    first = decoder.feed(b"data: a\n\ndata: b\n\ndata: c")
+    assert next(first) == ServerSentEvent("a")  # then left (a [DONE] read)
+    assert decoder.pending
+    assert [e.data for e in decoder.feed(b"\n\n")] == ["b", "c"]
+    assert not decoder.pending

@@ -11,10 +11,13 @@ CRLF pair. An event not yet ended by a blank line when the stream closes is inco
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["SSEDecoder", "ServerSentEvent"]
+
+_LINE_END = re.compile(r"\r\n|\r|\n")  # (CRLF first: one line end)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,9 @@ class SSEDecoder:
 
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")  # BOM dropped
-        self._buffer = ""
+        self._held: list[str] = []  # the pieces of a line not ended yet (joined at its end)
+        self._buffer = ""  # a piece whose lines a reader left untaken, from ``_at`` on
+        self._at = 0
         self._data: list[str] = []
         self._event = ""
         self._id: str | None = None
@@ -41,35 +46,41 @@ class SSEDecoder:
     @property
     def pending(self) -> bool:
         """True when bytes of an unfinished line or event are held back."""
-        return bool(self._buffer) or self._saw_field
+        return bool(self._held) or self._at < len(self._buffer) or self._saw_field
 
     def feed(self, chunk: bytes) -> Iterator[ServerSentEvent]:
-        """Decode ``chunk`` and yield the events it completes."""
+        """Decode ``chunk`` and yield the events it completes. Each piece is scanned once
+        (a line that comes in many pieces is joined once, at its end)."""
         text = self._text.decode(chunk)
-        if self._cr_pending and text.startswith("\n"):
-            text = text[1:]  # the LF of a CRLF split across chunks
-        self._cr_pending = False
-        self._buffer += text
-        while True:
-            cut = _first_line_end(self._buffer)
-            if cut is None:
-                return
-            line, ending_len = self._buffer[:cut], 1
-            if self._buffer[cut] == "\r":
-                if cut + 1 < len(self._buffer):
-                    ending_len = 2 if self._buffer[cut + 1] == "\n" else 1
-                else:
-                    self._cr_pending = True
-            self._buffer = self._buffer[cut + ending_len :]
+        if self._cr_pending and text:  # (an empty piece, or one inside a character: not yet)
+            if text[0] == "\n":
+                text = text[1:]  # the LF of a CRLF split across chunks
+            self._cr_pending = False
+        if self._at < len(self._buffer):  # lines an earlier reader stopped before
+            text = self._buffer[self._at :] + text
+        self._buffer, self._at = text, 0
+        for found in _LINE_END.finditer(text):
+            line = text[self._at : found.start()]
+            if self._held:
+                self._held.append(line)
+                line = "".join(self._held)
+                self._held = []
+            self._at = found.end()
+            if self._at == len(text) and text[-1] == "\r":
+                self._cr_pending = True  # its LF may be the next piece's first byte
             event = self._take_line(line)
             if event is not None:
                 yield event
+        if self._at < len(text):
+            self._held.append(text[self._at :])
+        self._buffer, self._at = "", 0
 
     def flush(self) -> ServerSentEvent | None:
         """At the stream's end: the event it ended in without the blank line (its last line
         taken even without a line end), else ``None``. The WHATWG rules drop that event; the
         caller may still read it (a ``[DONE]`` that lost its blank line)."""
-        line, self._buffer = self._buffer, ""
+        line = "".join(self._held) + self._buffer[self._at :]
+        self._held, self._buffer, self._at = [], "", 0
         if line:
             self._take_line(line)
         return self._dispatch()
@@ -97,8 +108,3 @@ class SSEDecoder:
         if not saw or not data:
             return None
         return ServerSentEvent(data="\n".join(data), event=event or "message", id=self._id)
-
-
-def _first_line_end(text: str) -> int | None:
-    positions = [p for p in (text.find("\n"), text.find("\r")) if p >= 0]
-    return min(positions) if positions else None
