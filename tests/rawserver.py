@@ -54,17 +54,40 @@ class RawServer(LoopbackServer):
                 return
 
 
-def _read_request(conn: socket.socket) -> bytes:
-    """Read one whole request (headers and Content-Length body) and return its body: unread
-    bytes at close would make the kernel answer with a reset instead of our response."""
+class EarlyAnswerServer(RawServer):
+    """Answers each request with ``head`` once the request's head has come and closes the
+    connection without reading the body, as a server refusing a body too large does (nginx's
+    413): the rest of the request, still being written, meets a reset."""
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                if _read_head(conn) is not None:
+                    conn.sendall(self.head)
+            except OSError:
+                return
+
+
+def _read_head(conn: socket.socket) -> tuple[bytes, bytes] | None:
+    """Read a request's head: the head, and what came after it (``None``: closed first)."""
     conn.settimeout(10)
     data = b""
     while b"\r\n\r\n" not in data:
         piece = conn.recv(65536)
         if not piece:
-            return b""
+            return None
         data += piece
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """Read one whole request (headers and Content-Length body) and return its body: unread
+    bytes at close would make the kernel answer with a reset instead of our response."""
+    read = _read_head(conn)
+    if read is None:
+        return b""
+    head, body = read
     length = 0
     for line in head.split(b"\r\n"):
         name, _, value = line.partition(b":")

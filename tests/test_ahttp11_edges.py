@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,12 +15,13 @@ import anyio.abc
 import httpx2
 import pytest
 
+from llmguard_sdk import OpenAICompatibleProvider, ProviderError
 from llmguard_sdk.providers._ahttp11 import AnyioTransport
 from llmguard_sdk.testing import FakeProvider
-from tests.rawserver import RawServer
+from tests.rawserver import EarlyAnswerServer, RawServer
 from tests.test_ahttp11 import _Echo, post, read_whole
 from tests.test_http11 import BODY, TIMEOUTS
-from tests.test_http11_edges import FRAMED, HTTP10, HTTP10_KEPT, MISFRAMED
+from tests.test_http11_edges import FRAMED, HTTP10, HTTP10_KEPT, HUGE, MISFRAMED, TOO_LARGE
 from tests.tlsserver import _certificate
 
 pytestmark = pytest.mark.anyio
@@ -255,3 +257,25 @@ async def test_records_a_tls_stream_read_ahead_keep_its_connection_from_reuse(
         for _ in range(2):  # the second on a new connection (reused: "stale")
             assert await read_whole(transport, f"{server.base_url}/x") == BODY
         await transport.aclose()
+
+
+def test_an_answer_sent_before_the_request_was_written_whole_is_read() -> None:
+    """As the sync transport (tests/test_http11_edges.py): a 413 sent before the body was
+    read, the connection then closed, is the call's error, not a write error with no status.
+    Under trio: anyio's asyncio streams read nothing while a send waits, so the answer is
+    lost with the connection there, as it is to httpx's own async transport."""
+
+    async def call() -> ProviderError:
+        provider = OpenAICompatibleProvider(server.base_url)
+        try:
+            await provider.acomplete(HUGE, model="m", deadline=time.monotonic() + 10)
+        except ProviderError as exc:
+            return exc
+        finally:
+            await provider.aclose()
+        raise AssertionError("the call did not fail")
+
+    with EarlyAnswerServer(TOO_LARGE) as server:
+        error = anyio.run(call, backend="trio")
+    assert error.status_code == 413
+    assert "request too large" in str(error)

@@ -10,9 +10,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from llmguard_sdk import ChatRequest, OpenAICompatibleProvider, ProviderError
 from llmguard_sdk.providers._http11 import StdlibTransport
 from llmguard_sdk.testing import FakeProvider
-from tests.rawserver import RawServer
+from tests.rawserver import EarlyAnswerServer, RawServer
 from tests.test_http11 import BODY, TIMEOUTS, post
 
 
@@ -180,3 +181,23 @@ def test_idle_connections_past_their_expiry_are_closed_though_the_pool_is_not_fu
             post(transport, f"{second.base_url}/chat/completions").read()
         assert transport._open == 1  # second's only
         transport.close()
+
+
+TOO_LARGE = (
+    b"HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b'content-length: 44\r\n\r\n{"error": {"message": "request too large"}}\n'
+)
+HUGE = ChatRequest.model_validate({"messages": [{"role": "user", "content": "x" * 2**25}]})
+
+
+def test_an_answer_sent_before_the_request_was_written_whole_is_read() -> None:
+    """A server that answers a body too large with a 413 and closes without reading it: the
+    rest of the request met a reset, and the call failed as a connection error with no
+    status (retryable, sent again as large), where httpx's transport reads the answer."""
+    with EarlyAnswerServer(TOO_LARGE) as server:
+        provider = OpenAICompatibleProvider(server.base_url)
+        with pytest.raises(ProviderError) as raised:
+            provider.complete(HUGE, model="m", deadline=time.monotonic() + 10)
+        provider.close()
+    assert raised.value.status_code == 413
+    assert "request too large" in str(raised.value)

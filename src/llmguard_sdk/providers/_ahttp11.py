@@ -88,15 +88,21 @@ class AnyioTransport:
         origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
         request_head = _request_head(request, module)
         connection = await self._connection(origin, timeouts)
+        write_error = None  # a write's failure: the answer is read all the same (httpcore's)
         try:
-            await _send_request(connection, request, request_head, timeouts, module)
+            try:
+                await _send_request(connection, request, request_head, timeouts, module)
+            except module.WriteError as exc:  # a server that answered (a 413) and closed
+                write_error = exc
             head = await _read_response_head(
                 connection, timeouts.get("read"), request.method, module
             )
-        except BaseException:
+        except BaseException as exc:
             await self._discard(connection)
+            if write_error is not None and isinstance(exc, Exception):  # (no answer came)
+                raise write_error from exc
             raise
-        if asks_to_close(request):  # its last on this connection (RFC 9112 9.6)
+        if write_error or asks_to_close(request):  # its last on this connection (RFC 9112 9.6)
             head.will_close = True
         body = self._body_class(self, origin, connection, head, timeouts.get("read"))
         return module.Response(

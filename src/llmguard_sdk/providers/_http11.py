@@ -285,10 +285,9 @@ def _exchange(
     for name, value in request.headers.raw:  # http.client lets a NUL through, h11 does not
         if illegal_header(name, value):
             raise httpx.LocalProtocolError(f"illegal header name or value: {name[:40]!r}")
+    write_error = None  # a write's failure: the answer is read all the same, as httpcore does
     try:
-        connection.putrequest(
-            request.method, target, skip_host=True, skip_accept_encoding=True
-        )  # fmt: skip
+        connection.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
         for name, value in request.headers.raw:
             connection.putheader(name.decode("latin-1"), value)
         for proxy_header, text in (proxy_headers or {}).items():
@@ -296,20 +295,20 @@ def _exchange(
         connection.endheaders(request.read() or None)
     except TimeoutError as exc:
         raise httpx.WriteTimeout(str(exc) or "write timed out") from exc
-    except OSError as exc:
-        raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+    except OSError as exc:  # a server that answered (a 413) and closed before reading it all
+        write_error = httpx.WriteError(str(exc) or type(exc).__name__)
     _set_timeout(connection, timeouts.get("read"))
     try:
         response = connection.getresponse()
-        if asks_to_close(request):  # the request's "Connection: close" ends it too (as h11)
+        if write_error or asks_to_close(request):  # its last (Connection: close, as h11)
             response.will_close = True
         return response
     except TimeoutError as exc:
-        raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
+        raise write_error or httpx.ReadTimeout(str(exc) or "read timed out") from exc
     except http.client.HTTPException as exc:  # closed before an answer, a bad status line
-        raise httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
+        raise write_error or httpx.RemoteProtocolError(str(exc) or type(exc).__name__) from exc
     except OSError as exc:
-        raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+        raise write_error or httpx.ReadError(str(exc) or type(exc).__name__) from exc
 
 
 class _Head:
