@@ -6,12 +6,13 @@ import itertools
 import json
 import time
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
-from llmguard_sdk.errors import StreamInterruptedError
+from llmguard_sdk.errors import MalformedResponseError, StreamInterruptedError
 from llmguard_sdk.providers.sse import ServerSentEvent, SSEDecoder
 
 from .rawserver import RawServer, sse_head
@@ -147,3 +148,36 @@ def test_a_reader_that_stops_early_leaves_the_rest_for_the_next_piece() -> None:
     assert decoder.pending
     assert [e.data for e in decoder.feed(b"\n\n")] == ["b", "c"]
     assert not decoder.pending
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_line_that_never_ends_fails_the_stream_past_the_answer_cap(asynchronous: bool) -> None:
+    # 40 MiB of one line, the connection then held open: the decoder kept it all (a server
+    # that never sent a line end grew it until the deadline), as no answer body may be kept
+    request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    endless = (b"data: " + b"x" * 2**20,) + (b"x" * 2**20,) * 39
+    with RawServer(sse_head(), endless, hold=True) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url)
+
+        def stream() -> None:
+            list(provider.stream(request, model="m", deadline=time.monotonic() + 5))
+
+        async def astream() -> None:
+            async for _ in provider.astream(request, model="m", deadline=time.monotonic() + 5):
+                pass
+
+        try:
+            with pytest.raises(MalformedResponseError, match="larger than"):
+                anyio.run(astream) if asynchronous else stream()
+        finally:
+            provider.close()
+
+
+def test_held_counts_the_unfinished_line_and_event() -> None:
+    decoder = SSEDecoder()
+    assert not list(decoder.feed(b"data: abc\ndata: de"))
+    assert decoder.held == 11  # "abc", and the line "data: de" begun
+    assert not list(decoder.feed(b"f\n"))
+    assert decoder.held == 6  # "abc" and "def"
+    assert [e.data for e in decoder.feed(b"\n")] == ["abc\ndef"]
+    assert decoder.held == 0

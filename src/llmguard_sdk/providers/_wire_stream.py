@@ -37,6 +37,8 @@ from .sse import SSEDecoder
 __all__ = ["StreamState"]
 
 _STREAM_ERROR = "provider reported an error in the stream"
+MAX_EVENT_CHARS = 32 * 1024 * 1024
+"""The most a stream's event may hold (as ``MAX_BODY_BYTES`` bounds an answer's body)."""
 
 
 class StreamState:
@@ -107,8 +109,16 @@ class StreamState:
             if chunk.finish_reason:
                 self.finished = True
             yield chunk
+        self.fed()
+
+    def fed(self) -> None:
+        """After a piece was fed: the deadline, and what the decoder holds back for one event
+        at most :data:`MAX_EVENT_CHARS` (a line that never ends was kept whole)."""
         if time.monotonic() > self.deadline:
             raise self.timed_out()
+        if self.decoder.held > MAX_EVENT_CHARS:
+            message = f"stream event is larger than {MAX_EVENT_CHARS} characters"
+            raise self.failure(MalformedResponseError, message)
 
     def delivering(self, chunk: StreamChunk) -> None:
         """Note what ``chunk``, about to go to the caller, delivers."""

@@ -55,7 +55,6 @@ here as pure functions:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Generator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -451,8 +450,7 @@ class AnthropicStreamState(StreamState):
             yield chunk
             if self.done:
                 return
-        if time.monotonic() > self.deadline:
-            raise self.timed_out()
+        self.fed()
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)

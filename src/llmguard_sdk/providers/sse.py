@@ -35,6 +35,8 @@ class SSEDecoder:
     def __init__(self) -> None:
         self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")  # BOM dropped
         self._held: list[str] = []  # the pieces of a line not ended yet (joined at its end)
+        self._held_size = 0  # their characters
+        self._data_size = 0  # characters of the unfinished event's data lines
         self._buffer = ""  # a piece whose lines a reader left untaken, from ``_at`` on
         self._at = 0
         self._data: list[str] = []
@@ -47,6 +49,12 @@ class SSEDecoder:
     def pending(self) -> bool:
         """True when bytes of an unfinished line or event are held back."""
         return bool(self._held) or self._at < len(self._buffer) or self._saw_field
+
+    @property
+    def held(self) -> int:
+        """Characters held back for the unfinished line and event: a caller can bound them
+        (a line that never ends is otherwise kept whole)."""
+        return self._held_size + self._data_size
 
     def feed(self, chunk: bytes) -> Iterator[ServerSentEvent]:
         """Decode ``chunk`` and yield the events it completes. Each piece is scanned once
@@ -64,7 +72,7 @@ class SSEDecoder:
             if self._held:
                 self._held.append(line)
                 line = "".join(self._held)
-                self._held = []
+                self._held, self._held_size = [], 0
             self._at = found.end()
             if self._at == len(text) and text[-1] == "\r":
                 self._cr_pending = True  # its LF may be the next piece's first byte
@@ -73,6 +81,7 @@ class SSEDecoder:
                 yield event
         if self._at < len(text):
             self._held.append(text[self._at :])
+            self._held_size += len(text) - self._at
         self._buffer, self._at = "", 0
 
     def flush(self) -> ServerSentEvent | None:
@@ -80,7 +89,7 @@ class SSEDecoder:
         taken even without a line end), else ``None``. The WHATWG rules drop that event; the
         caller may still read it (a ``[DONE]`` that lost its blank line)."""
         line = "".join(self._held) + self._buffer[self._at :]
-        self._held, self._buffer, self._at = [], "", 0
+        self._held, self._held_size, self._buffer, self._at = [], 0, "", 0
         if line:
             self._take_line(line)
         return self._dispatch()
@@ -96,6 +105,7 @@ class SSEDecoder:
         self._saw_field = True
         if name == "data":
             self._data.append(value)
+            self._data_size += len(value)
         elif name == "event":
             self._event = value
         elif name == "id" and "\0" not in value:
@@ -104,7 +114,7 @@ class SSEDecoder:
 
     def _dispatch(self) -> ServerSentEvent | None:
         saw, data, event = self._saw_field, self._data, self._event
-        self._data, self._event, self._saw_field = [], "", False
+        self._data, self._event, self._saw_field, self._data_size = [], "", False, 0
         if not saw or not data:
             return None
         return ServerSentEvent(data="\n".join(data), event=event or "message", id=self._id)
