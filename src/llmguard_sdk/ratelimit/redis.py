@@ -264,11 +264,15 @@ class RedisRateLimiter(LimiterBase):
             max(token_delta, 0.0) if output_delta is None else output_delta,
         )
         lease, request_delta = settled.get("lease"), settled.get("request_delta", 0.0)
-        if lease is None and not any(deltas) and not request_delta:
-            return None
+        changes = (request_delta, *deltas)  # (the order of RateLimit.limits())
         keys: list[str] = []
         args: list[Any] = [self.clock_offset, *deltas, lease or "", request_delta]
         for names, limit in self._cells(key, settled.get("tenant")):
+            if lease is None and not any(
+                change and per_period is not None
+                for change, per_period in zip(changes, limit.limits(), strict=True)
+            ):
+                continue  # nothing of it to correct, and no lease to give back: left alone
             keys += names
             args += [*(_opt(v) for v in limit.limits()), limit.period]
         return (keys, args) if keys else None
@@ -278,7 +282,9 @@ class RedisRateLimiter(LimiterBase):
         ``request_delta=-1`` also gives back the request (a call never sent). Pass the
         grant's ``lease`` (every grant here names one under token limits): a reservation
         the process's own share granted in an outage is settled there, Redis back or not
-        (without a ``lease``, a settle goes to Redis while it answers)."""
+        (without a ``lease``, a settle goes to Redis while it answers, and only where a
+        limit meters what it corrects: tokens settled on a route limited by requests alone
+        make no round trip)."""
         check_args(settled, SettleArgs, "settle")
         self._configured(key)
         return self._settle_steps(key, settled)
