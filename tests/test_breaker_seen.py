@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from llmguard_sdk.breaker import Breakers, BreakerTransition
-from llmguard_sdk.breaker.memory import forget_after
+from llmguard_sdk.breaker import Breakers, BreakerTransition, MemoryBreakerBackend
+from llmguard_sdk.breaker.memory import FORGET_PER_CALL, forget_after
 from llmguard_sdk.errors import ProviderUnavailableError
 from tests.conftest import RedisTarget
 from tests.test_breaker import POLICY, Driven, drive
@@ -40,7 +40,8 @@ def test_routes_seen_open_are_forgotten_with_the_backends_idle_routes(driven: Dr
     assert breakers.last_seen("tenant-0") == "open"  # not idle for long enough yet
     driven.advance(1)
     assert breakers.last_seen("tenant-0") == "closed"  # idle as long as the backend keeps it
-    assert breakers.permit("other").allowed  # any call forgets what has expired
+    for _ in range(200 // FORGET_PER_CALL + 1):
+        assert breakers.permit("other").allowed  # each call forgets a few that have expired
     assert len(breakers._seen) == 1  # only the isolated route: kept until reset
     assert breakers.last_seen("kept") == "isolated"
     driven.advance(3 * IDLE)
@@ -51,3 +52,67 @@ def test_routes_seen_open_are_forgotten_with_the_backends_idle_routes(driven: Dr
     assert transitions == [BreakerTransition("fresh", "closed", "open")]
     breakers.reset("kept")
     assert breakers.last_seen("kept") == "closed"
+
+
+def test_a_route_forgotten_open_is_reported_closed(driven: Driven) -> None:
+    """A route last seen open and then forgotten as idle (the backend closed it by forgetting
+    it) is reported open -> closed to the hooks, once: they were left believing it open
+    (and the transitions metric counted it open for good), though ``last_seen`` said closed."""
+    transitions: list[BreakerTransition] = []
+    breakers = Breakers(driven.backend, [transitions.append])
+    _trip(breakers, "quiet")
+    _trip(breakers, "back")
+    breakers.isolate("kept")
+    driven.advance(IDLE)
+    del transitions[:]
+    assert breakers.permit("other").allowed  # any call forgets the idle routes
+    assert transitions == [
+        BreakerTransition("quiet", "open", "closed"),
+        BreakerTransition("back", "open", "closed"),
+    ]
+    driven.advance(IDLE)
+    assert breakers.permit("other").allowed
+    assert len(transitions) == 2  # told once; the isolated route stays isolated
+    assert breakers.last_seen("kept") == "isolated"
+    if _forgets(driven):  # (Redis's keys outlive the test's shifted clock)
+        assert breakers.permit("back").state == "closed"
+        assert len(transitions) == 2
+        _trip(breakers, "quiet")
+        assert transitions[-1] == BreakerTransition("quiet", "closed", "open")
+
+
+def test_a_call_forgets_a_bounded_number_of_idle_routes(driven: Driven) -> None:
+    """The routes that went idle together are forgotten a few a call, oldest first, not all
+    by the call that finds them idle (20,000 routes: 10 to 20 ms on that one call's path, in
+    ``Breakers`` and the memory backend each); the backlog drains as calls come, and a route
+    of the backlog seen by its own call is forgotten then (reported as the others are)."""
+    transitions: list[BreakerTransition] = []
+    breakers = Breakers(driven.backend, [transitions.append])
+    routes = [f"tenant-{i}" for i in range(5 * FORGET_PER_CALL)]
+    for route in routes:
+        _trip(breakers, route)
+    driven.advance(IDLE)
+    del transitions[:]
+    assert breakers.permit("other").allowed
+    assert len(breakers._seen) == len(routes) - FORGET_PER_CALL
+    if _forgets(driven):
+        assert len(driven.backend._states) == len(routes) - FORGET_PER_CALL
+    assert [t.route for t in transitions] == routes[:FORGET_PER_CALL]  # the oldest first
+    last = breakers.permit(routes[-1]).state  # its own call (Redis: still there, half-open)
+    assert last == ("closed" if _forgets(driven) else "half_open")
+    assert transitions[-1] == BreakerTransition(routes[-1], "open", last)
+    for _ in range(4):
+        assert breakers.permit("other").allowed
+    assert list(breakers._seen) == ([] if _forgets(driven) else [routes[-1]])
+    forgotten = [t for t in transitions if t.route != routes[-1]]
+    assert [t.route for t in forgotten] == routes[:-1]
+    assert {(t.before, t.after) for t in forgotten} == {("open", "closed")}
+    if _forgets(driven):
+        assert not driven.backend._states
+        assert breakers.permit(routes[0]).state == "closed"
+
+
+def _forgets(driven: Driven) -> bool:
+    """Whether ``driven``'s backend forgets idle routes on the test's clock (the memory
+    backend; Redis expires its keys on its own)."""
+    return isinstance(driven.backend, MemoryBreakerBackend)

@@ -25,7 +25,7 @@ from ..classify import classify_exception
 from ..errors import ConfigurationError, ProviderError, RateLimitedError
 from ._guarded import acall_through, call_through, check_callable
 from ._protecting import protecting
-from .memory import MemoryBreakerBackend, forget_after
+from .memory import MemoryBreakerBackend, forget_after, idle_oldest
 from .policy import BreakerPolicy, BreakerState, Outcome, Permit, State, outcome_of
 from .redis import RedisBreakerBackend
 
@@ -154,7 +154,10 @@ class Breakers:
         breakers.call("openai", client.chat.completions.create, model=..., messages=...)
 
     State changes made by other processes (through Redis) are reported when this process
-    next sees them.
+    next sees them. A route not seen for as long as the backend keeps an idle one
+    (:func:`~llmguard_sdk.breaker.memory.forget_after`), which forgets it (closed), is
+    reported closed (``open -> closed``, say) as this process forgets it too: by a later
+    call, a few routes a call, or its own (isolated routes are kept until reset).
     """
 
     def __init__(self, backend: BreakerBackend, hooks: Sequence[BreakerHook] = ()) -> None:
@@ -331,7 +334,8 @@ class Breakers:
         (:func:`~llmguard_sdk.breaker.memory.forget_after`: Redis expires its keys, the
         memory backend forgets it), isolated excepted (until reset).
 
-        .. versionchanged:: 0.2.0 a route last seen open is forgotten with the backend's."""
+        .. versionchanged:: 0.2.0 a route last seen open is forgotten with the backend's
+           (and reported closed to the hooks)."""
         seen = self._seen.get(route)  # one dict read: atomic, no lock needed
         if seen is None or self._expired(seen, self._clock()):
             return "closed"
@@ -351,37 +355,48 @@ class Breakers:
         if last is not None and last[0] == state and now - last[1] < self._idle_s / 2:
             return  # no change, seen lately: no lock taken
         with self._lock:
-            self._forget_idle(now)
+            changes = self._forget_idle(now)
             last = seen.pop(route, None)
-            before = "closed" if last is None or self._expired(last, now) else last[0]
+            before = "closed" if last is None else last[0]  # (as the hooks were last told)
             if state != "closed":  # the default: routes seen closed keep no entry
                 if not seen:
                     self._prune_at = now + self._idle_s
                 seen[route] = (state, now)
         if before != state:
-            transition = BreakerTransition(route, before, state)
-            logger.info("breaker %s: %s -> %s", route, before, state)
-            for hook in self.hooks:
-                try:
-                    hook(transition)
-                except Exception:
-                    logger.exception("breaker hook %r failed", hook)
+            changes.append(BreakerTransition(route, before, state))
+        for change in changes:
+            self._report(change)
 
-    def _forget_idle(self, now: float) -> None:
-        """Forget the routes last seen longer ago than the backend keeps an idle route
-        (oldest first, each once: no scan of the others); isolated ones are kept."""
+    def _report(self, transition: BreakerTransition) -> None:
+        """Log ``transition`` and hand it to each hook (one that fails is logged)."""
+        logger.info("breaker %s: %s -> %s", transition.route, transition.before, transition.after)
+        for hook in self.hooks:
+            try:
+                hook(transition)
+            except Exception:
+                logger.exception("breaker hook %r failed", hook)
+
+    def _forget_idle(self, now: float) -> list[BreakerTransition]:
+        """Forget a few of the routes last seen longer ago than the backend keeps an idle
+        route (:func:`~llmguard_sdk.breaker.memory.idle_oldest`: the backend has closed them
+        by forgetting them); isolated ones are kept. Under the lock; the transitions to
+        closed of those forgotten, for the hooks (as :meth:`last_seen` says already)."""
         seen = self._seen
-        while seen:
-            route, (state, at) = next(iter(seen.items()))
-            if now - at < self._idle_s:
-                self._prune_at = at + self._idle_s
-                return
+        forgotten: list[BreakerTransition] = []
+        for route in idle_oldest(seen, now, self._idle_s, _seen_at):
+            state = seen[route][0]
             if state == "isolated":  # until reset
                 seen[route] = (state, now)
                 seen.move_to_end(route)
             else:
                 del seen[route]
-        self._prune_at = 0.0
+                forgotten.append(BreakerTransition(route, state, "closed"))
+        self._prune_at = _seen_at(next(iter(seen.values()))) + self._idle_s if seen else 0.0
+        return forgotten
+
+
+def _seen_at(seen: tuple[State, float]) -> float:
+    return seen[1]
 
 
 def _clock_of(backend: BreakerBackend) -> Callable[[], float]:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
 
 from .._state.steps import in_place
 from ..errors import ConfigurationError
@@ -28,7 +29,13 @@ from .policy import (
     release,
 )
 
-__all__ = ["MemoryBreakerBackend", "breaker_policy", "forget_after"]
+__all__ = ["MemoryBreakerBackend", "breaker_policy", "forget_after", "idle_oldest"]
+
+V = TypeVar("V")
+
+FORGET_PER_CALL = 8
+"""The most idle routes a call looks at to forget (each call adds at most one route, so a
+backlog of routes that went idle together drains, a few a call, at a flat cost per call)."""
 
 
 def breaker_policy(policy: object, owner: str) -> BreakerPolicy:
@@ -45,6 +52,20 @@ def forget_after(policy: BreakerPolicy) -> int:
     refuses what overflows its clock)."""
     idle = max(3600.0, policy.max_open_seconds * 2, policy.window * 2)
     return int(min(idle, 2**31 - 1))
+
+
+def idle_oldest(
+    entries: OrderedDict[str, V], now: float, idle_s: float, last: Callable[[V], float]
+) -> list[str]:
+    """The routes at the front of ``entries`` (least recently stored first; ``last``: when
+    an entry was) idle for ``idle_s`` at ``now``: at most :data:`FORGET_PER_CALL`, oldest
+    first, the others not looked at."""
+    found: list[str] = []
+    for route, entry in entries.items():
+        if len(found) == FORGET_PER_CALL or now - last(entry) < idle_s:
+            break
+        found.append(route)
+    return found
 
 
 class MemoryBreakerBackend:
@@ -114,19 +135,23 @@ class MemoryBreakerBackend:
             self._put(route, _CLOSED, self._clock())
 
     def _get(self, route: str, now: float) -> BreakerState:
-        """``route``'s state, once the routes idle for :func:`forget_after` are forgotten
-        (oldest first, without looking at the others)."""
+        """``route``'s state, a few of the routes idle for :func:`forget_after` forgotten
+        first (:func:`idle_oldest`), and ``route`` itself if it is one of them."""
         stored = self._stored
-        while stored:
-            oldest, at = next(iter(stored.items()))
-            if now - at < self._idle_s:
-                break
-            if self._states[oldest].state == "isolated":  # until reset
-                stored[oldest] = now
-                stored.move_to_end(oldest)
-            else:
-                del stored[oldest], self._states[oldest]
+        for oldest in idle_oldest(stored, now, self._idle_s, float):
+            self._forget(oldest, now)
+        at = stored.get(route)
+        if at is not None and now - at >= self._idle_s:
+            self._forget(route, now)
         return self._states.get(route, _CLOSED)
+
+    def _forget(self, route: str, now: float) -> None:
+        """Forget idle ``route``, unless it is isolated (kept until reset: seen afresh)."""
+        if self._states[route].state == "isolated":
+            self._stored[route] = now
+            self._stored.move_to_end(route)
+        else:
+            del self._stored[route], self._states[route]
 
     def _put(self, route: str, state: BreakerState, now: float) -> None:
         # nothing to remember: a closed breaker with an empty window (a window with counts
