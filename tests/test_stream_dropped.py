@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import anyio
@@ -186,13 +186,21 @@ def test_a_stream_abandoned_as_its_event_loop_ends_is_closed_cleanly(
         stream = await guard.achat(USER, max_tokens=10, stream=True)
         await stream.__anext__()  # ... and the stream is dropped as the run ends
 
-    with caplog.at_level(logging.WARNING):
-        if backend == "asyncio":
-            asyncio.run(abandon())
-        else:
-            anyio.run(abandon, backend=backend)
-    assert [record.getMessage() for record in caplog.records] == []
+    assert logged_running(abandon, backend, caplog) == []
     assert held(guard) == (0, 0.0)
     assert [(event.kind, event.outcome) for event in events] == [("stream", "cancelled")]
     fake.always(None)
     assert guard.chat(USER, max_tokens=10).route == "primary"  # the route works on
+
+
+def logged_running(
+    main: Callable[[], Coroutine[Any, Any, None]], backend: str, caplog: pytest.LogCaptureFixture
+) -> list[str]:
+    """What is logged (warnings and errors) while ``main`` runs in an event loop of
+    ``backend`` of its own, to the loop's end (``asyncio.run()``'s shutdown included)."""
+    with caplog.at_level(logging.WARNING):
+        if backend == "asyncio":
+            asyncio.run(main())
+        else:
+            anyio.run(main, backend=backend)
+    return [record.getMessage() for record in caplog.records]

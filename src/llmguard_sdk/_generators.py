@@ -10,7 +10,9 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any, Protocol
 
-from ._nested_generators import owned_by_caller
+import anyio
+
+from ._nested_generators import close_thrown_again, owned_by_caller
 
 __all__ = ["AsyncWatch", "Step", "Watch", "watched_async_generator", "watched_generator"]
 
@@ -144,6 +146,8 @@ def watched_async_generator(
                 except GeneratorExit:
                     raise
                 except BaseException as error:  # the consumer's athrow(): passed on
+                    if isinstance(error, anyio.get_cancelled_exc_class()):
+                        await close_thrown_again()  # (or the loop's cancelled close: see there)
                     thrown = error
                 done, value = await watcher.step(functools.partial(_aresume, items, sent, thrown))
         except BaseException as error:
