@@ -70,6 +70,7 @@ EXPECTED = [
     "OpenAIEmbedder",
     "OpenAIResponsesProvider",
     "OutputFilter",
+    "PerLoop",
     "PrefixCacheStats",
     "Price",
     "PriceTable",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._core.stages import InputFilter, OutputFilter
 from ._core.streams import AsyncChatStream, ChatStream
+from ._loops import PerLoop
 from ._version import __version__
 from .breaker import BreakerPolicy, Breakers, BreakerTransition
 from .budget import Budget, BudgetEvent, Budgets, Price, PriceTable, UsageRecorder
@@ -158,6 +159,7 @@ __all__ = [
     "OpenAIEmbedder",
     "OpenAIResponsesProvider",
     "OutputFilter",
+    "PerLoop",
     "PrefixCacheStats",
     "Price",
     "PriceTable",

@@ -38,7 +38,11 @@ def _closed(key: object) -> bool:
 
 
 class PerLoop(Generic[T]):
-    """Objects made by ``factory``, one per event loop, created under a lock."""
+    """Objects made by ``factory``, one per event loop, created under a lock: an async
+    client an ``async def`` guardrail keeps (``PerLoop(httpx.AsyncClient).get()`` in the
+    filter), so that it serves sync calls' filter loop (a fresh one after a filter's
+    blocking code held it) and your own loop (``achat``) alike. A closed loop's object is
+    forgotten (not closed: its sockets went with its loop)."""
 
     def __init__(self, factory: Callable[[], T]) -> None:
         self._factory = factory

@@ -19,9 +19,13 @@ for its own filter until its own deadline (and a grace), then fails with
 :class:`~llmguard_sdk.errors.ProviderTimeoutError`; a call whose wait ends so finds out
 whether the loop still turns (a callback posted at its deadline ran within the grace), and
 if it does not, the loop is given up: later calls get a fresh one, and the old one runs on
-until the waits it has left end (each finishes, or ends at its call's deadline). An
-interrupt of a sync call's wait (Ctrl-C) cancels the filter's task and is thrown into the
-plan, as an async call's cancellation is: the call is reported as cancelled.
+until the waits it has left end (each finishes, or ends at its call's deadline); a client a
+filter kept on it fails on the fresh one with a
+:class:`~llmguard_sdk.errors.ConfigurationError` that says so. A loop held by a sync call
+that a filter made (``guard.chat`` in an ``async def`` filter) is not given up: that call is
+bounded by its own deadline. An interrupt of a sync call's wait (Ctrl-C) cancels the filter's
+task and is thrown into the plan, as an async call's cancellation is: the call is reported
+as cancelled.
 """
 
 from __future__ import annotations
@@ -267,12 +271,14 @@ class _FilterLoop:
     made on first use (and again in a forked child, which has no such thread): a client a
     filter keeps (an ``httpx.AsyncClient``) stays on the loop it was first used on. A loop
     that a filter's blocking code holds is given up (:meth:`give_up`): the next call makes
-    a fresh one (a client kept on the old one is then used on the new one)."""
+    a fresh one (a client kept on the old one then fails there: :func:`_bound_elsewhere`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self.made = 0
+        """How many filter loops this process made (a fork's parent's count too)."""
 
     def renew(self) -> None:
         """Forget the loop (a forked child: its thread did not come along)."""
@@ -298,8 +304,22 @@ class _FilterLoop:
                     )
                     self._thread.start()
                     self._loop = loop
+                    self.made += 1
                 loop = self._loop
         return loop
+
+    def submit(self, pending: Pending) -> _Submitted:
+        """``pending`` awaited on the running loop, with the caller's context variables:
+        never on one given up meanwhile (a given-up loop that stopped ran none of it: the
+        call waited until its deadline, or failed with ``Event loop is closed``)."""
+        waited = _settled(pending)
+        context = _own_context()  # (the task gets the context it is submitted in)
+        while True:
+            loop = self.loop()
+            with self._lock:  # (:meth:`give_up` forgets the loop under it)
+                if self._loop is loop:
+                    future = context.run(asyncio.run_coroutine_threadsafe, waited, loop)
+                    return _Submitted(future, loop, self._thread, self.made)
 
     def give_up(self, loop: asyncio.AbstractEventLoop) -> None:
         """Forget ``loop`` (if it is still this one): a filter's blocking code holds it. It
@@ -310,6 +330,17 @@ class _FilterLoop:
                 return  # (given up already)
             self._loop = self._thread = None
         asyncio.run_coroutine_threadsafe(_retired(), loop)
+
+
+@dataclass(frozen=True)
+class _Submitted:
+    """A wait submitted to a filter loop: its future, the loop, the loop's thread, and the
+    loop's number (1: the process's first)."""
+
+    future: concurrent.futures.Future[Outcome]
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread | None
+    number: int
 
 
 async def _retired() -> None:
@@ -340,24 +371,22 @@ def _blocking(pending: Pending) -> Outcome:
     is its outcome: thrown into the plan, whose records see it."""
     if _LOOP.inside():  # (that loop waits on this call: a loop of its own, in a thread)
         return _on_own_loop(pending)
-    future: concurrent.futures.Future[Outcome] | None = None
+    submitted: _Submitted | None = None
     try:
-        loop = _LOOP.loop()
-        submit = asyncio.run_coroutine_threadsafe  # (its task gets the context it is called in)
-        future = _own_context().run(submit, _settled(pending), loop)
-        return _waited(future, pending, loop)
+        submitted = _LOOP.submit(pending)
+        return _bound_elsewhere(_waited(submitted, pending), pending, submitted.number)
     except BaseException as exc:  # interrupted (KeyboardInterrupt): its filter cancelled
-        if future is not None:
-            future.cancel()
+        if submitted is not None:
+            submitted.future.cancel()
         return False, exc
 
 
-def _waited(
-    future: concurrent.futures.Future[Outcome], pending: Pending, loop: asyncio.AbstractEventLoop
-) -> Outcome:
-    """``future``'s outcome, waited for until ``pending``'s deadline, then for the grace;
-    a loop that did not run a callback posted at the deadline within the grace is held by
-    blocking code: given up."""
+def _waited(submitted: _Submitted, pending: Pending) -> Outcome:
+    """The wait's outcome, waited for until ``pending``'s deadline, then for the grace; a
+    loop that did not run a callback posted at the deadline within the grace is held by
+    blocking code: given up (not while its thread is in a sync call a filter made: that
+    call holds it, bounded by its own deadline)."""
+    future, loop = submitted.future, submitted.loop
     try:
         return future.result(max(0.0, pending.deadline - time.monotonic()))
     except concurrent.futures.TimeoutError:
@@ -369,9 +398,52 @@ def _waited(
         return future.result(_GRACE_S)
     except concurrent.futures.TimeoutError:
         future.cancel()
-        if not turned.is_set():
+        if not turned.is_set() and not _in_a_nested_call(submitted.thread):
             _LOOP.give_up(loop)
         return False, _late(pending)
+
+
+def _in_a_nested_call(thread: threading.Thread | None) -> bool:
+    """Whether ``thread`` (a filter loop's) is in a sync call of this library that a filter
+    made (``guard.chat`` inside an ``async def`` filter): a frame of this package lies
+    between its innermost frame and the filter's wait (else the filter's own code holds
+    the loop, or code it calls)."""
+    frame = None if thread is None else sys._current_frames().get(thread.ident or -1)
+    while frame is not None and frame.f_code not in _WAITS:
+        if frame.f_globals.get("__name__", "").startswith(_PACKAGE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_PACKAGE = __name__.split(".", 1)[0] + "."
+_WAITS = {_awaited.__code__, _outcome.__code__, _Rest._run.__code__}
+"""The frames that await a filter on the loop (:func:`_settled`'s, a chain's)."""
+
+
+_OTHER_LOOPS = ("Event loop is closed", "different loop", "different event loop")
+"""asyncio's words (and anyio's, httpx's) for an object used off the loop it is tied to."""
+
+
+def _bound_elsewhere(outcome: Outcome, pending: Pending, number: int) -> Outcome:
+    """``outcome``, but a filter's loop error on a filter loop that is not the process's
+    first (one was given up, or the process forked) as a
+    :class:`~llmguard_sdk.errors.ConfigurationError` that says why: a client the filter
+    keeps is tied to the loop it was first used on (``Event loop is closed``)."""
+    ok, error = outcome
+    if ok or number == 1 or not isinstance(error, RuntimeError):
+        return outcome
+    if not any(words in str(error) for words in _OTHER_LOOPS):
+        return outcome
+    problem = ConfigurationError(
+        f"{pending.what} failed on the filter loop of sync calls ({error}): it is not the "
+        "loop the filter first ran on (that one was given up, as a filter's blocking code "
+        "held it, or the process forked), and a client the filter keeps (an "
+        "httpx.AsyncClient) is tied to the loop it was first used on. Keep one per event "
+        "loop: llmguard_sdk.PerLoop(factory).get() in the filter"
+    )
+    problem.__cause__ = error
+    return False, problem
 
 
 def _on_own_loop(pending: Pending) -> Outcome:
