@@ -106,7 +106,8 @@ metrics, logs or exception messages
 (:func:`~llmguard_sdk.telemetry.redaction.redact_secrets`); prompt and answer text is captured
 only with ``capture_content=True``, passed through ``redact`` (default:
 :func:`~llmguard_sdk.telemetry.redaction.redact`, which masks e-mail addresses, phone and card
-numbers too) and truncated to ``max_content_chars``.
+numbers, US SSNs and IBANs too; a :class:`~llmguard_sdk.telemetry.redaction.Redactor` adds IP
+addresses and the application's own patterns) and truncated to ``max_content_chars``.
 
 .. versionadded:: 0.2.0
 """

@@ -68,8 +68,8 @@ def check_options(max_content_chars: int, log_level: int | None) -> tuple[int, i
 
 def error_status(error: BaseException, scope: Scope) -> str:
     """A span's status text for ``error``: its message with credentials, e-mail addresses,
-    phone and card numbers masked (a provider's error may quote the prompt), the call's
-    tenant id hashed as the ``llmguard.tenant`` attribute has it and its user id masked
+    phone and card numbers, SSNs and IBANs masked (a provider's error may quote the prompt),
+    the call's tenant id hashed as the ``llmguard.tenant`` attribute has it and its user id masked
     (a budget's refusal names its scope, ``tenant:acme``), cut to 500 characters."""
     text = redact(str(error))
     for kind, value, shown in (

@@ -72,7 +72,8 @@ class Telemetry:
             the conventions' JSON schema) and it and the answer to the log record
             (``prompt`` / ``answer``), redacted.
         redact: the function applied to captured content (default masks credentials,
-            e-mail addresses, phone and card numbers).
+            e-mail addresses, phone and card numbers, SSNs and IBANs; see
+            :class:`~llmguard_sdk.telemetry.redaction.Redactor` for more).
         max_content_chars: captured content is cut to this many characters.
         log_level: the level of the per-call log record (``None``: no record).
         semconv: ``"latest"`` (today's GenAI conventions) or ``"previous"`` (the v1.36.0

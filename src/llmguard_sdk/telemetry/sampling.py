@@ -16,8 +16,8 @@ release and compares the answers (:func:`read_samples` joins the feedback).
 
 **Privacy.** Every text goes through ``redact`` (default
 :func:`~llmguard_sdk.telemetry.redaction.redact`: credentials, e-mail addresses, phone and
-card numbers masked; credentials are masked whatever ``redact`` is) before it is written;
-tenant and user ids are hashed. **Retention:**
+card numbers, SSNs and IBANs masked; credentials are masked whatever ``redact`` is) before it
+is written; tenant and user ids are hashed. **Retention:**
 the file is rotated to ``FILE.1`` when it passes half of ``max_bytes`` or when its first
 record is older than half of ``max_age_s``, and the previous ``FILE.1`` is deleted then, so at
 most ``max_bytes`` and nothing older than ``max_age_s`` stays on disk (checked at each write
