@@ -447,12 +447,15 @@ class Usage(BaseModel):
     ``completion_tokens_details.audio_tokens``), billed at a model's audio rates.
     ``accepted_prediction_tokens`` and ``rejected_prediction_tokens`` are OpenAI's counts of a
     Predicted Output's tokens that appeared in the answer and that did not (the rejected ones
-    are among ``output_tokens``, billed as output).
+    are among ``output_tokens``, billed as output). ``web_search_requests`` counts the web
+    searches the provider ran for the call on its side, billed per search besides the tokens
+    (Anthropic's ``usage.server_tool_use.web_search_requests``, the ``web_search_call``
+    items of an OpenAI Responses answer, one per answer of OpenAI's chat search models).
 
     .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens``,
        ``cache_write_12h_input_tokens``, ``service_tier``, ``audio_input_tokens``,
-       ``audio_output_tokens``, ``accepted_prediction_tokens`` and
-       ``rejected_prediction_tokens``.
+       ``audio_output_tokens``, ``accepted_prediction_tokens``,
+       ``rejected_prediction_tokens`` and ``web_search_requests``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -470,6 +473,7 @@ class Usage(BaseModel):
     audio_output_tokens: int = Field(default=0, ge=0)
     accepted_prediction_tokens: int = Field(default=0, ge=0)
     rejected_prediction_tokens: int = Field(default=0, ge=0)
+    web_search_requests: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:

@@ -74,9 +74,10 @@ FIELDS = (
     "input_audio_mtok",
     "output_audio_mtok",
     "requests_kcount",
+    "web_searches_kcount",
 )
-"""The prices read, in the order of each price's rates: per million tokens, and the fee per
-thousand requests."""
+"""The prices read, in the order of each price's rates: per million tokens, and the fees per
+thousand requests and per thousand web searches."""
 
 _DATE = re.compile(r"(?:verified|as of|checked)[a-z ]* (20\d\d-\d\d-\d\d)")
 _COMPACT_DATE = re.compile(r"(-)(20\d{2})(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])(?=-|:|$)")

@@ -18,6 +18,7 @@ from ..errors import ConfigurationError
 from ..models import Usage
 from ..telemetry._repeats import log_repeated
 from ._source import TIERS
+from ._tool_fees import WEB_SEARCH
 
 __all__ = ["Cost", "Price"]
 
@@ -32,6 +33,7 @@ _NO_AUDIO = (
     "llmguard prices: %d %s audio tokens were priced at the text rate: the model's price has "
     "no %s rate (PriceTable.with_prices sets it)"
 )
+_FEES = ("per_request", "web_search")  # USD per request, per web search
 _RATES = (
     "input",
     "output",
@@ -64,10 +66,15 @@ class Price:
     USD charged once per request the provider bills, besides its tokens (Perplexity's
     ``sonar``: $0.012, genai-prices' ``requests_kcount`` of $12 per thousand requests;
     default ``None``: no fee, and ``PriceTable.with_prices`` keeps the fee of the model's
-    price below); a batch discount (:meth:`scaled`) leaves it whole.
+    price below); a batch discount (:meth:`scaled`) leaves it whole. ``web_search`` is the
+    fee in USD per web search the provider runs for a call (``Usage.web_search_requests``;
+    Anthropic's and OpenAI's $10 per thousand, genai-prices' ``web_searches_kcount``; default
+    ``None``: the fee of :mod:`._tool_fees`, never $0, and ``PriceTable.with_prices`` keeps
+    the fee of the model's price below); a batch discount leaves it whole too.
 
     .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
-       ``tier``, ``long_context``, ``input_audio``, ``output_audio`` and ``per_request``.
+       ``tier``, ``long_context``, ``input_audio``, ``output_audio``, ``per_request`` and
+       ``web_search``.
     """
 
     input: float
@@ -85,9 +92,10 @@ class Price:
     input_audio: float | None = None
     output_audio: float | None = None
     per_request: float | None = None
+    web_search: float | None = None
 
     def __post_init__(self) -> None:
-        for name in (*_RATES, "per_request"):
+        for name in (*_RATES, *_FEES):
             value = getattr(self, name)
             if value is None and name not in ("input", "output"):
                 continue
@@ -112,12 +120,10 @@ class Price:
             for step in steps
         ):
             raise ConfigurationError("long_context holds (threshold, Price) pairs")
-        fee = self.per_request
-        if fee is not None:  # a long-context tier without a fee of its own pays this one
-            steps = tuple(
-                (at, p if p.per_request is not None else dataclasses.replace(p, per_request=fee))
-                for at, p in steps
-            )
+        for name in _FEES:  # a long-context tier without a fee of its own pays this one
+            fee = getattr(self, name)
+            if fee is not None:
+                steps = tuple((at, _with_fee(p, name, fee)) for at, p in steps)
         object.__setattr__(self, "long_context", tuple(sorted(steps, key=lambda s: s[0])))
         # the rates that default to others, and the dearest input and output rates: read by
         # every call's worst case and cost (attributes, not fields; a Price never changes)
@@ -135,12 +141,21 @@ class Price:
         object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
         object.__setattr__(self, "_output_max", max(self.output, rates[3]))
         object.__setattr__(self, "_fee", self.per_request or 0.0)
+        search = WEB_SEARCH if self.web_search is None else self.web_search
+        object.__setattr__(self, "_search", search)
 
     # cached, write, write_1h, reasoning, write_12h, input audio, output audio
     _rates: ClassVar[tuple[float, float, float, float, float, float, float]]
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
     _fee: ClassVar[float]  # per_request, 0.0 for none
+    _search: ClassVar[float]  # web_search, WEB_SEARCH for none
+
+    @property
+    def search_fee(self) -> float:
+        """USD per web search the provider runs for a call (``web_search``, else the
+        default fee of :mod:`._tool_fees`)."""
+        return self._search
 
     @property
     def cached_rate(self) -> float:
@@ -193,8 +208,8 @@ class Price:
     def cost(self, usage: Usage) -> float:
         """The USD cost of ``usage`` (one request) at this price: cached reads, cache writes
         by retention (5 or 30 minutes, 1 hour, 12 hours), reasoning output and audio input and
-        output at their own rates, the long-context tier of its input, and the per-request
-        fee. Audio input is counted among
+        output at their own rates, the long-context tier of its input, the per-request
+        fee and the fee of each web search. Audio input is counted among
         the input read neither from nor into the cache (where a provider cached audio, its
         cached tokens pay the cached rate and the rest of the audio its audio rate)."""
         price = self.for_input(usage.input_tokens)
@@ -211,8 +226,11 @@ class Price:
             log_repeated(logger, logging.WARNING, "prices:12h", _NO_12H, half_day)
         if heard or spoken:
             price._audio_unpriced(heard, spoken)
+        fee = price._fee
+        if usage.web_search_requests:  # (a call without server tools adds nothing)
+            fee += usage.web_search_requests * price._search
         return (
-            price._fee
+            fee
             + (
                 (plain - heard) * price.input
                 + heard * price._rates[5]
@@ -259,6 +277,15 @@ class Price:
     def output_max(self) -> float:
         """The dearer of the output and reasoning rates (per million)."""
         return self._output_max
+
+
+def _with_fee(price: Price, name: str, fee: float) -> Price:
+    """``price`` with the fee ``name`` (``per_request``, ``web_search``) where it has none."""
+    if getattr(price, name) is not None:
+        return price
+    if name == "web_search":
+        return dataclasses.replace(price, web_search=fee)
+    return dataclasses.replace(price, per_request=fee)
 
 
 @dataclass(frozen=True)

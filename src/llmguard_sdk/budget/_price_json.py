@@ -3,7 +3,7 @@ read into a :class:`~llmguard_sdk.budget.prices.PriceTable`.
 
 A table is an object with a ``prices`` list (``schema`` 1, optional ``version`` and
 ``default``); a row names its ``model`` (and ``provider``), its rates (``per_request``: a
-fee per request, USD), and optionally its
+fee per request, USD; ``web_search``: a fee per web search, USD), and optionally its
 ``effective_from``, ``tier``, ``deprecated_on``, ``retires_on`` and ``long_context`` steps
 (``{"above": tokens, ...rates}``). A malformed table or row is a
 :class:`~llmguard_sdk.errors.ConfigurationError`.
@@ -75,4 +75,5 @@ def _row_price(row: Mapping[str, Any]) -> Price:
         input_audio=row.get("input_audio"),
         output_audio=row.get("output_audio"),
         per_request=row.get("per_request"),
+        web_search=row.get("web_search"),
     )

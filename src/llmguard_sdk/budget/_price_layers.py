@@ -18,14 +18,15 @@ import re
 import threading
 
 from . import _genai_table
-from ._price import _RATES, Price
+from ._price import _FEES, _RATES, Price
 from ._source import GenaiSource
 
 __all__ = ["PriceLayers"]
 
 logger = logging.getLogger("llmguard_sdk")
-# the rates that default to others when unset (cached_input ...), and the per-request fee
-_DEFAULTED = (*_RATES[2:], "per_request")
+# the rates that default to others when unset (cached_input ...), and the fees (per request,
+# per web search)
+_DEFAULTED = (*_RATES[2:], *_FEES)
 _DATED = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 HALVED_BATCHES = frozenset({"anthropic", "openai", "google"})
 """The genai-prices providers that bill a batch at half the standard price (Anthropic's

@@ -17,6 +17,7 @@ times of day where a window opens or closes, for the table's cache.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _genai_table
 from ._genai_table import CONTEXT, FIELDS
+from ._tool_fees import model_search_fee
 
 if TYPE_CHECKING:
     from ._price import Price
@@ -43,6 +45,7 @@ _NAMES = {
     "input_audio_mtok": "input_audio",
     "output_audio_mtok": "output_audio",
     "requests_kcount": "per_request",
+    "web_searches_kcount": "web_search",
 }
 """The :class:`~llmguard_sdk.budget.Price` field of each of genai-prices' rates read."""
 assert tuple(_NAMES) == FIELDS
@@ -81,7 +84,11 @@ class GenaiSource:
             if not overrides:
                 return None
             fields = {**fields, **overrides}
-        return _to_price(fields, tier)
+        price = _to_price(fields, tier)
+        # a chat search model's fee is its own (genai-prices lists gpt-4o-mini-search-preview
+        # under gpt-4o-mini, at the web search tool's fee)
+        fee = model_search_fee(model)
+        return price if price is None or fee is None else dataclasses.replace(price, web_search=fee)
 
     def owner(self, model: str, provider: str | None) -> str | None:
         """The id of the provider whose data :meth:`find` prices ``model`` from
@@ -211,8 +218,9 @@ def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
 
     def at(above: int | None) -> Price:
         rates: dict[str, Any] = {_NAMES[k]: _rate(value, above) for k, value in fields.items()}
-        if "per_request" in rates:  # (per thousand requests)
-            rates["per_request"] /= 1000.0
+        for fee in ("per_request", "web_search"):  # (per thousand requests, searches)
+            if fee in rates:
+                rates[fee] /= 1000.0
         return Price(**rates, tier=tier)
 
     flat = at(None)

@@ -31,7 +31,8 @@ them) and ``output_tokens`` = every output token (reasoning among them):
   ``cache_creation_input_tokens``, the writes split by TTL in
   ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``;
   ``output_tokens`` counts thinking; ``usage.service_tier`` is ``standard``, ``priority`` or
-  ``batch``.
+  ``batch``; ``server_tool_use.web_search_requests`` counts the web searches Claude ran
+  (billed per search; the stream's ``message_delta`` gives the call's total).
 
 A count the parser reads above :data:`MOST_TOKENS` is no count (a provider's bad answer): the
 usage is unusable, as a missing one is (the Guard estimates it), and a warning says so. Only
@@ -199,6 +200,7 @@ def usable_usage(usage: Usage | None) -> Usage | None:
         "audio_output_tokens": usage.audio_output_tokens,
         "accepted_prediction_tokens": usage.accepted_prediction_tokens,
         "rejected_prediction_tokens": usage.rejected_prediction_tokens,
+        "web_search_requests": usage.web_search_requests,
     }
     if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
         return usage
@@ -299,6 +301,9 @@ def usage_from_payload(
     if fields is not _MESSAGES:  # (Anthropic's messages carry no audio)
         audio = _read(raw, _AUDIO[fields is _RESPONSES])
         absurd = absurd or _absurd(_AUDIO[fields is _RESPONSES], audio)
+    searches = _searches(raw.get("server_tool_use"))  # (Anthropic's server tools: a lookup)
+    if searches > MOST_TOKENS:
+        absurd = absurd or "server_tool_use.web_search_requests"
     counted = None if absurd is not None else _tokens(fields, values)
     if counted is not None and max(counted[:2]) > MOST_TOKENS:  # (input: Anthropic's sum)
         absurd = "input_tokens"
@@ -324,5 +329,14 @@ def usage_from_payload(
         audio_output_tokens=min(_count(audio[1]) or 0, output_tokens),
         accepted_prediction_tokens=_count(predicted[0]) or 0,
         rejected_prediction_tokens=min(_count(predicted[1]) or 0, output_tokens),
+        web_search_requests=searches,
     )
     return usage, reported
+
+
+def _searches(used: object) -> int:
+    """The web searches an Anthropic ``usage.server_tool_use`` counts (0: none, or no
+    count)."""
+    if not isinstance(used, Mapping):
+        return 0
+    return _count(used.get("web_search_requests")) or 0

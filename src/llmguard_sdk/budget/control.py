@@ -39,6 +39,7 @@ from ._media import request_media
 from ._reserve import Held
 from ._retention import attributed
 from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
+from ._tool_fees import allowed_searches, held_searches
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import NANO, BudgetEvent, CounterSpec, RunawayDetector, SettleResult, for_log, nano
@@ -182,13 +183,16 @@ class SpendControl:
         twice the dearest. Prices are those in
         force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
         :meth:`cost` prices the call at too, so a call that runs past a window's edge is held
-        and charged at one price."""
+        and charged at one price. A call that lets the provider search the web holds the fee
+        of the searches it allows (:func:`._tool_fees.allowed_searches`) at each route's
+        model's fee per search."""
         counted = ctx.input_tokens().tokens if input_tokens is None else input_tokens
         priced = counted * (1.0 + self.config.input_margin)
         media = request_media(ctx.request)  # its images and audio: per model, below
         prompts, per = [0], 0.0
         asked = asked_tier(ctx)
         table, local, at = self.prices, self.local, started_at(ctx)
+        searches = allowed_searches(ctx.request)  # (0, from two reads, for most calls)
         for route in routes:
             name = route.name
             if name in local:
@@ -202,7 +206,10 @@ class SpendControl:
                 prices.append(table.price(model, provider=name, at=at))
             images, heard = media.tokens(model)
             inputs = priced + images + heard
-            prompts.append(max(nano(price.worst_case(inputs, 0, heard)) for price in prices))
+            fees = 0.0  # the web searches it may run (a chat search model: one, at least)
+            if searches or "search" in model:
+                fees = held_searches(searches, model) * max(p.search_fee for p in prices)
+            prompts.append(max(nano(price.worst_case(inputs, 0, heard) + fees) for price in prices))
             for price in prices:
                 paid = price.for_input(inputs)  # (its long-context tier)
                 rate = max(paid.output_max, paid.audio_rates[1] if media.speaks else 0.0)

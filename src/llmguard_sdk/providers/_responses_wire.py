@@ -236,6 +236,7 @@ class Answer:
         # the output items in the order a stream opened them ("reasoning", "message", "call N":
         # the answer's N-th call); a whole answer's: reasoning, message, calls
         self.order: list[str] = []
+        self.searched: list[dict[str, Any]] = []  # web_search_call items, first ("search N")
 
     def add_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Take in what a response's (or a chunk's) ``metadata`` adds: its ``refusal`` (or the
@@ -297,6 +298,8 @@ class Answer:
             return unfinished(self.route_reasoning[key.removeprefix("reasoning ")])
         if key == "message":
             return _message_item(f"msg_{self.id}", self.content())
+        if key.startswith("search "):
+            return self.searched[int(key.removeprefix("search "))]
         place = int(key.removeprefix("call "))
         return _function_item(self.tool_calls[place], place)
 
@@ -305,8 +308,9 @@ class Answer:
         reasoning, the route's own items or the Guard's item of its text, its message, its
         calls)."""
         order = list(self.order)
-        if not order:
-            order = [f"reasoning {item_id}" for item_id in self.route_reasoning]
+        if not order:  # (its searches first, as OpenAI gives them)
+            order = [f"search {place}" for place in range(len(self.searched))]
+            order += [f"reasoning {item_id}" for item_id in self.route_reasoning]
             order = order or (["reasoning"] if self.reasoning else [])
             if self.text or self.refusal or not self.tool_calls:
                 order.append("message")
@@ -509,11 +513,21 @@ class EventWriter:
                 out += self._event("response.output_item.done", output_index=at, item=item)
             elif key == "message":
                 out += self._message_done()
+            elif key.startswith("search "):
+                continue  # (done as it came)
             else:
                 out += self._call_done(int(key.removeprefix("call ")))
         body = answer.body()
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=body)
+
+    def searched(self, item: dict[str, Any]) -> bytes:
+        """A web search the route ran (a completed ``web_search_call`` item): its item's
+        ``response.output_item.added`` and ``.done`` events."""
+        key = f"search {len(self._answer.searched)}"
+        self._answer.searched.append(item)
+        out = self._add(key, {**item, "status": "in_progress"})
+        return out + self._event("response.output_item.done", output_index=self._at(key), item=item)
 
     def _reasoning_done(self) -> bytes:
         answer = self._answer

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._core.assembly import shows
+from ..budget._tool_fees import with_model_search
 from ..budget._usage import usage_from_payload
 from ..errors import (
     EmptyStreamError,
@@ -158,6 +159,8 @@ class StreamState:
         usage, _cost = usage_from_payload(
             event.get("usage"), service_tier=event.get("service_tier")
         )
+        if usage is not None:  # (a chat search model's search)
+            usage = with_model_search(usage, event.get("model"))
         choices = event.get("choices")
         if "choices" not in event and isinstance(event.get("usage"), dict):
             choices = []  # a usage-only last chunk without choices (FastChat's), as with []

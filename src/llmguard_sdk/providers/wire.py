@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from ..budget._tool_fees import with_model_search
 from ..budget._usage import usage_from_payload  # every usage shape, read once
 from ..errors import MalformedResponseError
 from ..models import ChatResponse, StreamChunk
@@ -138,6 +139,7 @@ def answer_response(
     are read from ``data``; a value that does not fit is ``problem(message)``. ``metadata``:
     what the answer says besides (``refusal``: the model's refusal, its text)."""
     usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
+    usage = with_model_search(usage, data.get("model"))  # (a chat search model's search)
     try:
         return ChatResponse(
             text=text,

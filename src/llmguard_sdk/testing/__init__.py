@@ -75,7 +75,10 @@ It also speaks OpenAI's Responses API: ``POST /v1/responses``, plain and streame
 prefix cache and faults; ``reasoning.effort`` adds reasoning tokens and a ``tool_choice`` that
 requires a tool answers a ``function_call`` (see ``_responses``'s notes). On every route a
 forced tool call carries placeholder arguments that the tool's JSON schema takes (see
-``_tool_args``'s notes).
+``_tool_args``'s notes). Web search tools are answered as if searched: a Messages request with
+Claude's (``{"type": "web_search_20250305", ...}``) reports its ``max_uses`` searches (one
+without) in ``usage.server_tool_use.web_search_requests`` (a stream in ``message_delta``), a
+Responses request gives a completed ``web_search_call`` item per ``web_search`` tool.
 
 It also runs OpenAI's Batch API (``/v1/files``, ``/v1/batches``) and Anthropic's Message
 Batches (``/v1/messages/batches``), answered as the endpoints answer. Constructor arguments

@@ -82,12 +82,7 @@ class _MessagesHandler(_BaseHandler):
             return
         read, written = provider._anthropic_cached(tokens, breakpoints)
         outputs = len(pieces) if call is None else len(call.fragments)
-        usage: dict[str, Any] | None = {
-            "input_tokens": len(tokens) - read - written,
-            "cache_creation_input_tokens": written,
-            "cache_read_input_tokens": read,
-            "output_tokens": outputs,
-        }
+        usage: dict[str, Any] | None = _usage(body, len(tokens), read, written, outputs)
         if fault is not None and fault.omit_usage:
             usage = None
         message: dict[str, Any] = {
@@ -131,8 +126,10 @@ class _MessagesHandler(_BaseHandler):
         (an empty one, then its fragments)."""
         provider = self._srv.provider
         pieces, finish, call = answer
-        if usage is not None:
+        if usage is not None:  # (no searches yet: message_delta gives the call's count)
             message["usage"] = {**usage, "output_tokens": 0}
+            if "server_tool_use" in usage:
+                message["usage"]["server_tool_use"] = {"web_search_requests": 0}
         provider._note_status(200)
         self._start_stream(headers)
         self._event(_sse("message_start", {"message": message}))
@@ -155,6 +152,8 @@ class _MessagesHandler(_BaseHandler):
         }
         if usage is not None:
             end["usage"] = {"output_tokens": outputs}
+            if "server_tool_use" in usage:
+                end["usage"]["server_tool_use"] = usage["server_tool_use"]
         self._event(_sse("message_delta", end))
         provider._note_success(input_tokens, outputs)
         try:
@@ -250,3 +249,31 @@ class _MessagesHandler(_BaseHandler):
                 200, whole[: len(whole) // 2], "application/json", headers, length=len(whole)
             )
         self.close_connection = True
+
+
+def _usage(
+    body: dict[str, Any], input_tokens: int, read: int, written: int, outputs: int
+) -> dict[str, Any]:
+    """Claude's usage of an answer: its input past the cache reads and writes, and the web
+    searches of its web search tool, where it has one."""
+    usage: dict[str, Any] = {
+        "input_tokens": input_tokens - read - written,
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": read,
+        "output_tokens": outputs,
+    }
+    searches = _web_searches(body)
+    if searches is not None:  # (Claude's usage names its server tools' uses)
+        usage["server_tool_use"] = {"web_search_requests": searches}
+    return usage
+
+
+def _web_searches(body: dict[str, Any]) -> int | None:
+    """The web searches the fake runs for a request with Claude's web search server tool
+    (``{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}``): as many as its
+    ``max_uses`` allows, one without; ``None`` for a request without it."""
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("web_search_"):
+            most = tool.get("max_uses")
+            return most if isinstance(most, int) and not isinstance(most, bool) else 1
+    return None

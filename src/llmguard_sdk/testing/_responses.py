@@ -10,17 +10,19 @@ is refused with OpenAI's 400 (``unknown_parameter``; ``unsupported_parameter`` w
 where it moved); the
 response echoes the request's parameters, as OpenAI's does. A request with ``reasoning.effort``
 also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for ``high``) reported in
-``output_tokens_details``. With tools and a ``tool_choice`` of ``"required"`` or one named
-function, the answer is a ``function_call`` of that tool (the first one for ``"required"``)
-with arguments its schema takes (see ``_tool_args``). ``input_file`` parts are read (they
-count no tokens). Faults: delays apply as usual; a failing fault answers its status with
-OpenAI's error body, after its latency; hangs, resets, wrong content types, malformed JSON
-(streamed: in the ``response.created`` event), missing fields (a response with no
-``output``) and cuts (``cut_stream_after``: that many text deltas, then half an event, or
-half a plain answer) as for chat; ``omit_usage`` answers ``usage: null``;
-``stream_error_after`` fails a stream with an ``error`` event (its ``code`` the fault's
-``error_code``, default ``"server_error"``) after that many text deltas (a plain request: the
-fault's ``status``, 500 by default).
+``output_tokens_details``. A request with a ``web_search`` (or ``web_search_preview``) tool is
+answered after one completed ``web_search_call`` output item per such tool (OpenAI bills each
+call; the usage does not count them). With tools and a ``tool_choice`` of ``"required"`` or one
+named function, the answer is a ``function_call`` of that tool (the first one for
+``"required"``) with arguments its schema takes (see ``_tool_args``). ``input_file`` parts are
+read (they count no tokens). Faults: delays apply as usual; a failing fault answers its status
+with OpenAI's error body, after its latency; hangs, resets, wrong content types, malformed JSON
+(streamed: in the ``response.created`` event), missing fields (a response with no ``output``)
+and cuts (``cut_stream_after``: that many text deltas, then half an event, or half a plain
+answer) as for chat; ``omit_usage`` answers ``usage: null``; ``stream_error_after`` fails a
+stream with an ``error`` event (its ``code`` the fault's ``error_code``, default
+``"server_error"``) after that many text deltas (a plain request: the fault's ``status``, 500 by
+default).
 """
 
 from __future__ import annotations
@@ -249,7 +251,8 @@ class _ResponsesHandler(_BaseHandler):
         broken = fault is not None and not fault.is_delay_only  # (a cut, an error in the stream)
         if not broken:
             provider._note_success(len(tokens), usage.output_tokens)
-        self._write_answer(body.get("stream") is True, writer, chunks, headers, fault)
+        searched = _web_searches(body, n)
+        self._write_answer(body.get("stream") is True, writer, chunks, headers, fault, searched)
 
     def _write_answer(
         self,
@@ -258,11 +261,15 @@ class _ResponsesHandler(_BaseHandler):
         chunks: list[StreamChunk],
         headers: list[tuple[str, str]],
         fault: Fault | None,
+        searched: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Send the answer ``chunks`` make, plain or as events; a fault's ``stream_error_after``
+        """Send the answer ``chunks`` make (after the ``searched`` output items), plain or as
+        events; a fault's ``stream_error_after``
         ends the stream with an ``error`` event, its ``cut_stream_after`` cuts it (or a plain
         answer's body) mid-way and closes the connection."""
         if not stream:
+            for item in searched or ():
+                writer.searched(item)
             for chunk in chunks:
                 writer.chunk(chunk)
             writer.end()
@@ -278,6 +285,8 @@ class _ResponsesHandler(_BaseHandler):
         cut = next((c for c in cuts if c is not None), None)
         self._start_stream(headers)
         self._event(writer.start())
+        for item in searched or ():
+            self._event(writer.searched(item))
         for i, chunk in enumerate(chunks):
             if fault is not None and cut is not None and i >= min(cut, len(chunks) - 1):
                 if fault.stream_error_after is None:
@@ -296,3 +305,19 @@ class _ResponsesHandler(_BaseHandler):
         self._event(writer.end(), last=True)
         if not self._chunked:
             self.close_connection = True
+
+
+def _web_searches(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """One completed ``web_search_call`` item per web search tool of the request, as OpenAI
+    gives them."""
+    tools = body.get("tools")
+    return [
+        {
+            "type": "web_search_call",
+            "id": f"ws_fake_{n}_{place}",
+            "status": "completed",
+            "action": {"type": "search", "query": "fake search"},
+        }
+        for place, tool in enumerate(tools if isinstance(tools, list) else ())
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("web_search")
+    ]

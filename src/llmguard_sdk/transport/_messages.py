@@ -297,16 +297,21 @@ def anthropic_only(body: Mapping[str, Any]) -> list[str]:
     return [key for key in body if key not in _KNOWN and key not in OPENAI_ONLY]
 
 
-def _usage(usage: Usage | None) -> dict[str, int]:
+def _usage(usage: Usage | None) -> dict[str, Any]:
+    """A message's usage in Claude's words; the route's web searches in its
+    ``server_tool_use``, where it ran any."""
     if usage is None:
         return {"input_tokens": 0, "output_tokens": 0}
     uncached = usage.input_tokens - usage.cached_input_tokens - usage.cache_write_input_tokens
-    return {
+    body: dict[str, Any] = {
         "input_tokens": max(0, uncached),
         "output_tokens": usage.output_tokens,
         "cache_read_input_tokens": usage.cached_input_tokens,
         "cache_creation_input_tokens": usage.cache_write_input_tokens,
     }
+    if usage.web_search_requests:
+        body["server_tool_use"] = {"web_search_requests": usage.web_search_requests}
+    return body
 
 
 # Claude's service tiers, and OpenAI's counterparts of them (its "flex" and "scale" have none)
