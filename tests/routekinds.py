@@ -15,8 +15,15 @@ KINDS: dict[str, type[OpenAICompatibleProvider]] = {
 }
 
 
+def route_to(
+    fake: FakeProvider, kind: str = "chat", model: str | None = None
+) -> OpenAICompatibleProvider:
+    """A route named as ``fake`` is, spoken to as ``kind`` (a key of :data:`KINDS`), asking
+    for ``model`` (default: ``fake``'s)."""
+    return KINDS[kind](fake.base_url, model=model or fake.model, name=fake.name)
+
+
 def guard_over(fake: FakeProvider, route: str) -> Guard:
     """A Guard (no retries) whose one route is ``fake`` spoken to as ``route`` (a key of
     :data:`KINDS`)."""
-    provider = KINDS[route](fake.base_url, model=fake.model, name=fake.name)
-    return Guard(provider, environ={}, retry=None)
+    return Guard(route_to(fake, route), environ={}, retry=None)

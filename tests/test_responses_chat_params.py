@@ -21,20 +21,30 @@ from llmguard_sdk import (
     UnsupportedRequestError,
 )
 from llmguard_sdk.models import ChatRequest, Message
-from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
+from .routekinds import route_to
 
 _RESPONSES_FIELDS = frozenset(ResponseCreateParamsBase.__annotations__) | {"stream"}
 
 
-def _responses(fake: FakeProvider) -> OpenAIResponsesProvider:
-    return OpenAIResponsesProvider(fake.base_url, model=fake.model, name=fake.name)
-
-
 def _bodies(fake: FakeProvider) -> list[dict[str, Any]]:
     return [r.body for r in fake.requests if r.body]
+
+
+def _said(fake: FakeProvider, extra: dict[str, Any]) -> list[warnings.WarningMessage]:
+    """The warnings of a plain and a streamed call with ``extra_body=extra`` through a Guard
+    over ``fake``'s Responses route (each call answered)."""
+    with (
+        Guard(route_to(fake, "responses"), environ={}) as guard,
+        warnings.catch_warnings(record=True) as said,
+    ):
+        warnings.simplefilter("always")
+        assert guard.chat(USER, extra_body=extra).route == "primary"
+        with guard.chat(USER, stream=True, extra_body=extra) as stream:
+            assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    return said
 
 
 def _refused(fake: FakeProvider, **extra: Any) -> dict[str, Any]:
@@ -91,11 +101,7 @@ def test_chat_parameters_with_a_responses_name_are_sent_under_it(fake: FakeProvi
         "logprobs": True,
         "top_logprobs": 2,
     }
-    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        assert guard.chat(USER, extra_body=extra).route == "primary"
-        with guard.chat(USER, stream=True, extra_body=extra) as stream:
-            assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    said = _said(fake, extra)
     assert not [w for w in said if issubclass(w.category, DroppedParameterWarning)]
     plain, streamed = _bodies(fake)
     for body in (plain, streamed):
@@ -108,7 +114,7 @@ def test_chat_parameters_with_a_responses_name_are_sent_under_it(fake: FakeProvi
     assert "n" not in plain
 
 
-def _complete(route: OpenAIResponsesProvider, **extra: Any) -> str:
+def _complete(route: OpenAICompatibleProvider, **extra: Any) -> str:
     request = ChatRequest(messages=[Message(role="user", content="hi")], extra_body=extra)
     return route.complete(request, model="fake-model", deadline=time.monotonic() + 10).text
 
@@ -118,7 +124,7 @@ def test_a_route_called_alone_translates_or_refuses_what_a_guard_refuses(
 ) -> None:
     """The Guard refuses ``n`` but 1 and an output limit in ``extra_body``; a route called
     on its own (a batch, a test) translates the limit and refuses ``n`` before sending."""
-    route = _responses(fake)
+    route = route_to(fake, "responses")
     try:
         assert _complete(route, max_completion_tokens=40, max_tokens=30, n=1) == "Echo: hi"
         with pytest.raises(UnsupportedRequestError, match=r"max_output_tokens.*16"):
@@ -140,7 +146,10 @@ def test_sampling_parameters_it_cannot_honour_are_left_out_and_said(fake: FakePr
         "stop": ["\n"],
         "prediction": {"type": "content", "content": "Echo"},
     }
-    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
+    with (
+        Guard(route_to(fake, "responses"), environ={}) as guard,
+        warnings.catch_warnings(record=True) as said,
+    ):
         warnings.simplefilter("always")
         assert guard.chat(USER, extra_body=extra).text == "Echo: hello there"
         guard.chat(USER, extra_body=extra)
@@ -164,11 +173,11 @@ def test_sampling_parameters_it_cannot_honour_are_left_out_and_said(fake: FakePr
 def test_what_the_caller_depends_on_moves_the_chain_on(
     fake: FakeProvider, fake2: FakeProvider, extra: dict[str, Any], said: str
 ) -> None:
-    chat = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name=fake2.name)
-    with Guard([_responses(fake), chat], environ={}) as guard:
+    chat = route_to(fake2)
+    with Guard([route_to(fake, "responses"), chat], environ={}) as guard:
         assert guard.chat(USER, extra_body=extra).route == "backup"
     with (
-        Guard(_responses(fake), environ={}, retry=None) as guard,
+        Guard(route_to(fake, "responses"), environ={}, retry=None) as guard,
         pytest.raises(UnsupportedRequestError, match=said) as caught,
     ):
         guard.chat(USER, extra_body=extra)
@@ -178,7 +187,7 @@ def test_what_the_caller_depends_on_moves_the_chain_on(
 
 
 def test_text_only_modalities_are_served(fake: FakeProvider) -> None:
-    with Guard(_responses(fake), environ={}) as guard:
+    with Guard(route_to(fake, "responses"), environ={}) as guard:
         assert guard.chat(USER, extra_body={"modalities": ["text"]}).route == "primary"
     assert "modalities" not in _bodies(fake)[0]
 
@@ -190,12 +199,8 @@ def test_a_vendor_s_parameter_openai_lacks_is_left_out_and_said(
     400 that ended the chain. The Responses route leaves it out with a warning (once), and the
     chat route after it still gets it."""
     extra: dict[str, Any] = {"top_k": 40, "min_p": 0.1, "repetition_penalty": 1.1}
-    chat = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name=fake2.name)
-    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        assert guard.chat(USER, extra_body=extra).route == "primary"
-        with guard.chat(USER, stream=True, extra_body=extra) as stream:
-            assert "".join(chunk.text for chunk in stream) == "Echo: hello there"
+    chat = route_to(fake2)
+    said = _said(fake, extra)
     dropped = [str(w.message) for w in said if issubclass(w.category, DroppedParameterWarning)]
     assert sorted(m.split("'")[1] for m in dropped) == sorted(extra)  # once each
     assert all("not an OpenAI parameter" in m for m in dropped)
@@ -216,7 +221,7 @@ def test_a_key_named_responses_only_is_sent_as_given(fake: FakeProvider) -> None
         extra_body={"top_k": 5},
         metadata={RESPONSES_ONLY_KEY: "top_k"},
     )
-    route = _responses(fake)
+    route = route_to(fake, "responses")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", DroppedParameterWarning)

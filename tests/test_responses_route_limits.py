@@ -12,17 +12,12 @@ import pytest
 from llmguard_sdk import (
     DroppedParameterWarning,
     Guard,
-    OpenAICompatibleProvider,
     UnsupportedRequestError,
 )
-from llmguard_sdk.providers.responses import OpenAIResponsesProvider
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
-
-
-def _responses(fake: FakeProvider) -> OpenAIResponsesProvider:
-    return OpenAIResponsesProvider(fake.base_url, model=fake.model, name=fake.name)
+from .routekinds import route_to
 
 
 def test_fake_refuses_max_output_tokens_under_16_as_openai_does(fake: FakeProvider) -> None:
@@ -45,8 +40,8 @@ def test_fake_refuses_max_output_tokens_under_16_as_openai_does(fake: FakeProvid
 def test_a_limit_under_16_moves_the_chain_on_to_a_chat_route(
     fake: FakeProvider, fake2: FakeProvider
 ) -> None:
-    chat = OpenAICompatibleProvider(fake2.base_url, model=fake2.model, name=fake2.name)
-    with Guard([_responses(fake), chat], environ={}) as guard:
+    chat = route_to(fake2)
+    with Guard([route_to(fake, "responses"), chat], environ={}) as guard:
         answer = guard.chat(USER, max_tokens=5)
         with guard.chat(USER, max_completion_tokens=15, stream=True) as stream:
             streamed = "".join(chunk.text for chunk in stream)
@@ -59,7 +54,7 @@ def test_a_limit_under_16_moves_the_chain_on_to_a_chat_route(
 def test_a_lone_responses_route_refuses_a_limit_under_16_before_sending(
     fake: FakeProvider,
 ) -> None:
-    with Guard(_responses(fake), environ={}, retry=None) as guard:
+    with Guard(route_to(fake, "responses"), environ={}, retry=None) as guard:
         with pytest.raises(UnsupportedRequestError, match=r"max_output_tokens.*16") as caught:
             guard.chat(USER, max_tokens=5)
         assert guard.chat(USER, max_tokens=16).text == "Echo: hello there"
@@ -68,7 +63,10 @@ def test_a_lone_responses_route_refuses_a_limit_under_16_before_sending(
 
 
 def test_seed_and_stop_are_not_sent_and_said_once_per_route(fake: FakeProvider) -> None:
-    with Guard(_responses(fake), environ={}) as guard, warnings.catch_warnings(record=True) as said:
+    with (
+        Guard(route_to(fake, "responses"), environ={}) as guard,
+        warnings.catch_warnings(record=True) as said,
+    ):
         warnings.simplefilter("always")
         guard.chat(USER, seed=7)
         guard.chat(USER, seed=8, stop=["\n"])

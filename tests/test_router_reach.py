@@ -13,6 +13,7 @@ from llmguard_sdk import DeploymentGroup, Guard, OpenAICompatibleProvider, Rule,
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER, RawRedis, redis_store
+from .routekinds import route_to
 from .test_router import Clock
 
 
@@ -26,12 +27,8 @@ def fakes() -> Iterator[dict[str, FakeProvider]]:
         server.stop()
 
 
-def _route(server: FakeProvider) -> OpenAICompatibleProvider:
-    return OpenAICompatibleProvider(server.base_url, model=server.model, name=server.name)
-
-
 def _group(name: str, *servers: FakeProvider, **options: object) -> DeploymentGroup:
-    routes = [_route(s) for s in servers]
+    routes = [route_to(s) for s in servers]
     return DeploymentGroup(name, routes, seed=5, **options)  # type: ignore[arg-type]
 
 
@@ -41,7 +38,7 @@ def _tiers(mini: FakeProvider, big: DeploymentGroup) -> Guard:
         rules=[Rule("small", feature="chat")],
         default="large",
     )
-    return Guard([_route(mini), big], tasks=tasks, environ={})
+    return Guard([route_to(mini), big], tasks=tasks, environ={})
 
 
 def test_a_tier_that_never_uses_the_group_leaves_its_round_alone(

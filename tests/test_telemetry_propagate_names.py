@@ -19,18 +19,14 @@ from llmguard_sdk import (
     DeploymentGroup,
     Guard,
     OpenAICompatibleProvider,
-    Provider,
     TelemetryConfigWarning,
 )
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
+from .routekinds import route_to
 from .test_telemetry import Exported, attempts_of, call_span, exporters
 from .test_telemetry_propagation import sent, traceparent
-
-
-def route(server: FakeProvider) -> Provider:
-    return OpenAICompatibleProvider(server.base_url, model=server.model, name=server.name)
 
 
 @pytest.fixture
@@ -64,12 +60,14 @@ def test_a_groups_name_stands_for_each_of_its_deployments(
     """The reviewer's case: ``propagate={"vllm"}``, vllm a group. Each deployment of the
     group that the call reaches sends its attempt's context; the route after it does not."""
     exported = names("vllm")
-    group = DeploymentGroup("vllm", [route(fake), route(fake2)], strategy="ordered")
+    group = DeploymentGroup("vllm", [route_to(fake), route_to(fake2)], strategy="ordered")
     fake.always(Fault(status=503))
     fake2.always(Fault(status=503))
     with warnings.catch_warnings():
         warnings.simplefilter("error", TelemetryConfigWarning)
-        guard = Guard([group, route(third)], telemetry=exported.telemetry, retry=None, environ={})
+        guard = Guard(
+            [group, route_to(third)], telemetry=exported.telemetry, retry=None, environ={}
+        )
     try:
         assert guard.chat(USER).route == "third"
     finally:
@@ -113,7 +111,7 @@ def test_a_deployments_own_name_still_names_it_alone(
     fake: FakeProvider, fake2: FakeProvider, names: Any
 ) -> None:
     exported = names("backup")
-    group = DeploymentGroup("vllm", [route(fake), route(fake2)], strategy="ordered")
+    group = DeploymentGroup("vllm", [route_to(fake), route_to(fake2)], strategy="ordered")
     fake.always(Fault(status=503))
     guard = Guard([group], telemetry=exported.telemetry, retry=None, environ={})
     try:
@@ -132,7 +130,7 @@ def test_a_name_of_no_route_or_group_is_said_as_the_guard_is_built(
     a warning naming the unknown names and the Guard's routes and groups, pointing at the
     application's line; the names that match still work."""
     exported = names("vlm", "backup", "zzz")
-    group = DeploymentGroup("vllm", [route(fake), route(fake2)])
+    group = DeploymentGroup("vllm", [route_to(fake), route_to(fake2)])
     with pytest.warns(TelemetryConfigWarning) as caught:
         guard = Guard([group], telemetry=exported.telemetry, retry=None, environ={})
     try:
@@ -151,10 +149,10 @@ def test_a_name_of_no_route_or_group_is_said_as_the_guard_is_built(
 def test_a_warning_is_said_once_per_telemetry_and_name(fake: FakeProvider, names: Any) -> None:
     exported = names("typo")
     with pytest.warns(TelemetryConfigWarning):
-        Guard([route(fake)], telemetry=exported.telemetry, environ={}).close()
+        Guard([route_to(fake)], telemetry=exported.telemetry, environ={}).close()
     with warnings.catch_warnings():
         warnings.simplefilter("error", TelemetryConfigWarning)
-        Guard([route(fake)], telemetry=exported.telemetry, environ={}).close()
+        Guard([route_to(fake)], telemetry=exported.telemetry, environ={}).close()
 
 
 def test_a_telemetry_shared_by_guards_with_other_routes(
@@ -164,10 +162,10 @@ def test_a_telemetry_shared_by_guards_with_other_routes(
     Guard's): a name a Guard built before has is no typo, and only that Guard's requests
     carry it."""
     exported = names("primary")
-    first = Guard([route(fake)], telemetry=exported.telemetry, environ={})
+    first = Guard([route_to(fake)], telemetry=exported.telemetry, environ={})
     with warnings.catch_warnings():
         warnings.simplefilter("error", TelemetryConfigWarning)
-        second = Guard([route(fake2)], telemetry=exported.telemetry, environ={})
+        second = Guard([route_to(fake2)], telemetry=exported.telemetry, environ={})
     try:
         first.chat(USER)
         second.chat(USER)
@@ -184,7 +182,7 @@ def test_true_and_false_name_nothing_to_check(fake: FakeProvider, propagate: boo
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", TelemetryConfigWarning)
-            guard = Guard([route(fake)], telemetry=exported.telemetry, environ={})
+            guard = Guard([route_to(fake)], telemetry=exported.telemetry, environ={})
         guard.chat(USER)
         guard.close()
         assert (sent(fake) != [None]) is propagate
