@@ -18,6 +18,7 @@ from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.testing import FakeProvider, Fault
 
+from .routekinds import route_to
 from .test_telemetry import Exported, call_span, exporting
 
 USER = [{"role": "user", "content": "hello"}]
@@ -26,6 +27,7 @@ PRICES = PriceTable.default_table().with_prices(
 )
 otel = pytest.fixture(exporting, name="otel")
 INSIDE = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
+OUTSIDE = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
 
 
 @pytest.fixture
@@ -35,9 +37,8 @@ def fakes() -> Iterator[tuple[FakeProvider, FakeProvider, FakeProvider]]:
 
 
 def route(fake: FakeProvider) -> OpenAICompatibleProvider:
-    return OpenAICompatibleProvider(
-        fake.base_url, model=f"fake-{fake.name}-2025-01-01", name=fake.name
-    )
+    """``fake`` as a route asking for a model :data:`PRICES` prices."""
+    return route_to(fake, model=f"fake-{fake.name}-2025-01-01")
 
 
 def _guard(
@@ -47,19 +48,14 @@ def _guard(
     guard_args: Mapping[str, Any] | None = None,
     **plan: Any,
 ) -> Guard:
-    """A Guard serving ``current`` with a canary of ``candidate`` at 50 % (``guard_args``:
-    more of the Guard's arguments; ``plan``: the ReleasePlan's)."""
+    """A Guard serving ``current`` with a canary of ``candidate`` at 50 %, started
+    (``guard_args``: more of the Guard's arguments, or others than its ``prices``, ``retry``
+    and ``breaker`` here; ``plan``: the ReleasePlan's)."""
     policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
     releases = ReleasePlan(current, candidate=candidate, canary=policy, **plan)
-    guard = Guard(
-        release=releases,
-        environ={},
-        prices=PRICES,
-        retry=None,
-        breaker=None,
-        telemetry=telemetry,
-        **(guard_args or {}),
-    )
+    options: dict[str, Any] = {"prices": PRICES, "retry": None, "breaker": None}
+    options.update(guard_args or {})
+    guard = Guard(release=releases, environ={}, telemetry=telemetry, **options)
     assert guard.releases is not None
     guard.releases.start_now()
     return guard

@@ -11,20 +11,18 @@ from typing import Any, NamedTuple
 import anyio
 import pytest
 
-from llmguard_sdk import ChatResponse, Guard, OpenAICompatibleProvider
+from llmguard_sdk import ChatResponse, Guard
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.errors import BudgetExceededError
-from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
-from llmguard_sdk.releases.policy import in_canary
+from llmguard_sdk.releases import Release
 from llmguard_sdk.store import RedisStore
 from llmguard_sdk.testing import FakeProvider, Fault
 
-USER = [{"role": "user", "content": "hello"}]
+from .test_releases_fallback import INSIDE, OUTSIDE, USER, _guard, route
+
 PRICES = PriceTable.default_table().with_prices(
     {f"fake-{v}-2025-01-01": Price(input=1000.0, output=1000.0) for v in ("a", "b")}
 )  # $0.001 a token, in or out
-INSIDE = next(f"u{i}" for i in range(100) if in_canary(f"bot:u{i}", 0.5))
-OUTSIDE = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
 LONG_PROMPT = "Answer briefly and politely. " * 400  # some 2,000 tokens: $2 of input
 Sized = dict[str, Any]
 BIGGER: dict[str, tuple[Sized, Sized]] = {  # (current release's, candidate's) shaping
@@ -51,12 +49,6 @@ def store(request: pytest.FixtureRequest) -> tuple[str, str] | None:
     return request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
 
 
-def _route(fake: FakeProvider) -> OpenAICompatibleProvider:
-    return OpenAICompatibleProvider(
-        fake.base_url, model=f"fake-{fake.name}-2025-01-01", name=fake.name
-    )
-
-
 class Outcome(NamedTuple):
     answer: ChatResponse | BudgetExceededError
     sent: list[dict[str, Any]]  # the bodies route a (the current release's) was sent
@@ -79,25 +71,14 @@ def _call(
     current_shape, candidate_shape = BIGGER[bigger]
     with FakeProvider(name="a", usage=_usage) as a, FakeProvider(name="b") as b:
         b.always(Fault(status=500))
-        current = Release("bot", "v1", _route(a), **current_shape)
-        candidate = Release("bot", "v2", _route(b), **candidate_shape)
-        policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
-        plan = ReleasePlan(current, candidate=candidate, canary=policy)
+        current = Release("bot", "v1", route(a), **current_shape)
+        candidate = Release("bot", "v2", route(b), **candidate_shape)
         budgets = Budgets([Budget(limit_usd=limit)], prices=PRICES, clamp_max_tokens=clamp)
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"prices": PRICES, "budgets": budgets}
         if store is not None:  # each call its own budget counters (and canary)
             options["store"] = RedisStore(store[0], key_prefix=f"{store[1]}:{user}")
-        with Guard(
-            release=plan,
-            environ={},
-            retry=None,
-            breaker=None,
-            telemetry=False,
-            budgets=budgets,
-            **options,
-        ) as guard:
+        with _guard(current, candidate, guard_args=options) as guard:
             assert guard.releases is not None
-            guard.releases.start_now()
             answer: ChatResponse | BudgetExceededError
             try:
                 answer = _ask(guard, user, how)

@@ -15,14 +15,11 @@ import pytest
 from llmguard_sdk import Guard, RateLimit
 from llmguard_sdk.errors import BadRequestError, ContentPolicyError, GuardrailRejectedError
 from llmguard_sdk.models import ChatRequest
-from llmguard_sdk.releases import CanaryPolicy, Release, ReleasePlan
-from llmguard_sdk.releases.policy import in_canary
+from llmguard_sdk.releases import Release
 from llmguard_sdk.retry import RetryPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
 
-from .test_releases_fallback import INSIDE, PRICES, USER, _candidate_figures, _guard, route
-
-OUTSIDE = next(f"u{i}" for i in range(100) if not in_canary(f"bot:u{i}", 0.5))
+from .test_releases_fallback import INSIDE, OUTSIDE, USER, _candidate_figures, _guard, route
 
 
 @pytest.fixture(name="fakes")
@@ -145,24 +142,14 @@ def test_a_candidates_retry_refused_by_its_rate_limit_falls_back_past_its_other_
     route's last attempt (it went to that other candidate route)."""
     a, b, c = fakes
     b.always(Fault(status=503))
-    policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
-    plan = ReleasePlan(
-        Release("bot", "v1", route(a)),
-        candidate=Release("bot", "v2", [route(b), route(c)]),
-        canary=policy,
-    )
-    guard = Guard(
-        release=plan,
-        environ={},
-        prices=PRICES,
-        breaker=None,
-        moves_on=lambda error: False,
-        rate_limits={"b": RateLimit(rpm=1, batch_headroom=0)},
-        retry=RetryPolicy(base=0.01),
-        timeout=5.0,
-    )
-    assert guard.releases is not None
-    guard.releases.start_now()
-    with guard:
+    current = Release("bot", "v1", route(a))
+    candidate = Release("bot", "v2", [route(b), route(c)])
+    retried = {
+        "moves_on": lambda error: False,
+        "rate_limits": {"b": RateLimit(rpm=1, batch_headroom=0)},
+        "retry": RetryPolicy(base=0.01),
+        "timeout": 5.0,
+    }
+    with _guard(current, candidate, guard_args=retried) as guard:
         assert guard.chat(USER, user=INSIDE).route == "a"
     assert (len(b.requests), len(c.requests), len(a.requests)) == (1, 0, 1)
