@@ -50,6 +50,21 @@ def _ask(text: str) -> ChatRequest:
     return ChatRequest(messages=[Message(role="user", content=text)], model="fake-model")
 
 
+class Blocking:
+    """A model for a monitor to ask that holds each question until :attr:`release` is set
+    (:attr:`started`: one is held); :attr:`asked`: the questions' text, as they came."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.asked: list[str] = []
+
+    def __call__(self, request: ChatRequest) -> ChatResponse:
+        self.asked.append(request.messages[-1].text)
+        self.started.set()
+        self.release.wait(10)
+        return ChatResponse(text="x", finish_reason="stop")
+
+
 def _gauge(reader: InMemoryMetricReader) -> dict[str, float]:
     found: dict[str, float] = {}
     data = reader.get_metrics_data()
@@ -208,31 +223,23 @@ def test_the_budget_bounds_the_background_checks() -> None:
 
 
 def test_close_drops_the_queued_checks_and_stops_the_worker() -> None:
-    started, release = threading.Event(), threading.Event()
-    asked: list[str] = []
-
-    def ask(request: ChatRequest) -> ChatResponse:
-        asked.append(request.messages[-1].text)
-        started.set()
-        release.wait(10)
-        return ChatResponse(text="x", finish_reason="stop")
-
-    monitor = FalseHitMonitor(ask, sample_rate=1.0, queue_size=2)
+    model = Blocking()
+    monitor = FalseHitMonitor(model, sample_rate=1.0, queue_size=2)
     assert monitor.sample("n", _ask("first"), "x")
-    assert started.wait(5)  # the worker is in the first check
+    assert model.started.wait(5)  # the worker is in the first check
     assert monitor.sample("n", _ask("second"), "x")
     assert monitor.sample("n", _ask("third"), "x")  # the queue is full
     closer = threading.Thread(target=monitor.close, kwargs={"timeout": 0.5})
     closer.start()
     closer.join(5)
-    release.set()
+    model.release.set()
     assert monitor.wait_idle(5)
     assert monitor._worker is not None
     monitor._worker.join(5)
     assert not monitor._worker.is_alive()
-    assert asked == ["first"]  # the queued checks were dropped, not sent to the model
+    assert model.asked == ["first"]  # the queued checks were dropped, not sent to the model
     monitor.close()  # again: nothing left behind that would stop the next worker
     assert monitor.sample("n", _ask("later"), "x")
     assert monitor.wait_idle(5)
-    assert asked == ["first", "later"]
+    assert model.asked == ["first", "later"]
     monitor.close()

@@ -15,6 +15,7 @@ import time
 from llmguard_sdk.cache import FalseHitMonitor, ResponseCache
 from llmguard_sdk.models import ChatRequest, ChatResponse
 from tests.test_cache import answer, ask
+from tests.test_cache_monitor import Blocking
 
 QUESTION = "What is the capital of France?"
 PARAPHRASE = "what is the capital of france"
@@ -30,16 +31,8 @@ def _queued(monitor: FalseHitMonitor, count: int) -> None:
 
 
 def test_a_sample_queued_after_another_cache_closed_the_monitor_is_checked() -> None:
-    started, release = threading.Event(), threading.Event()
-    asked: list[str] = []
-
-    def ask_model(request: ChatRequest) -> ChatResponse:
-        asked.append(request.messages[-1].text)
-        started.set()
-        release.wait(10)
-        return ChatResponse(text="Paris", finish_reason="stop")
-
-    monitor = FalseHitMonitor(ask_model, sample_rate=1.0, compare=lambda a, b: True)
+    model = Blocking()
+    monitor = FalseHitMonitor(model, sample_rate=1.0, compare=lambda a, b: True)
     first = ResponseCache(namespace="a", monitor=monitor)
     second = ResponseCache(namespace="b", monitor=monitor)
     for cache in (first, second):
@@ -47,19 +40,19 @@ def test_a_sample_queued_after_another_cache_closed_the_monitor_is_checked() -> 
     hit = first.lookup(ask(PARAPHRASE))
     assert hit is not None
     assert hit.kind == "semantic"
-    assert started.wait(5)  # the worker is in the first cache's check
+    assert model.started.wait(5)  # the worker is in the first cache's check
     closer = threading.Thread(target=first.close, kwargs={"timeout": 10})
     closer.start()
     _queued(monitor, 1)  # the stop, behind the check under way
     hit = second.lookup(ask(PARAPHRASE))
     assert hit is not None
     assert hit.kind == "semantic"  # sampled: queued behind the stop
-    release.set()
+    model.release.set()
     closer.join(10)
     assert not closer.is_alive()
     assert monitor.wait_idle(5)
     assert {name: state.checks for name, state in monitor.metrics().items()} == {"a": 1, "b": 1}
-    assert asked == [PARAPHRASE, PARAPHRASE]
+    assert model.asked == [PARAPHRASE, PARAPHRASE]
     # the worker stopped once nothing was left; a later sample starts another one
     worker = monitor._worker
     assert worker is not None
