@@ -19,7 +19,6 @@ __all__ = [
     "has_content",
     "merge_metadata",
     "merge_tool_call_deltas",
-    "output_text",
     "shows",
 ]
 
@@ -37,19 +36,9 @@ def shows(chunk: StreamChunk) -> bool:
     return bool(metadata.get("refusal") or metadata.get("thinking") or metadata.get("reasoning"))
 
 
-def output_text(chunk: StreamChunk) -> str:
-    """The output a chunk carries, as text to count when the provider reports no usage: its
-    text, its reasoning and thinking pieces, its tool calls' arguments (all billed as output
-    tokens)."""
-    metadata = chunk.metadata
-    return _output(
-        chunk.text, metadata.get("reasoning"), metadata.get("thinking"), chunk.tool_calls
-    )
-
-
 def _output(text: str, reasoning: object, thinking: object, calls: Iterable[object] | None) -> str:
-    """Text, reasoning, thinking blocks' text and tool calls' arguments, joined (see
-    :func:`output_text`)."""
+    """The output to count when the provider reports no usage (all billed as output
+    tokens): text, reasoning, thinking blocks' text and tool calls' arguments, joined."""
     parts = [text]
     if isinstance(reasoning, str):
         parts.append(reasoning)
@@ -71,11 +60,13 @@ class Assembler:
     blocks, a refusal's pieces): this route continues them (its own metadata folds into
     that, as a route's chunks fold), and ``delivered`` counts only this route's own content;
     the answer's own fields (``created``, ``system_fingerprint`` ...) are this route's alone.
+    ``ctx`` None: the chunks are only counted (a hedge race's loser), the call's first token
+    not noted.
     """
 
     def __init__(
         self,
-        ctx: CallContext,
+        ctx: CallContext | None,
         carried: str,
         record: AttemptRecord,
         carried_metadata: Mapping[str, Any] | None = None,
@@ -122,7 +113,7 @@ class Assembler:
             now = time.monotonic()
             if self._first_token_at is None:
                 self._first_token_at = self.record.first_token_at = now
-                if self._ctx.first_token_at is None:
+                if self._ctx is not None and self._ctx.first_token_at is None:
                     self._ctx.first_token_at = self._first_token_at
             else:
                 self.record.chunk_gaps.append(now - self._last_content_at)
@@ -177,7 +168,7 @@ class Assembler:
     ) -> Usage | None:
         """What the attempt used, for settling its rate-limit reservation and pricing it: the
         provider's usage, else the SDK's count of what this route delivered (carried text
-        aside), its text, reasoning and tool calls' arguments (:func:`output_text`) as
+        aside), its text, reasoning and tool calls' arguments (:func:`_output`) as
         ``model`` counts them; None after a failure before any content
         (everything goes back). A stream closed before its first content keeps its input
         tokens: the prompt was sent."""
@@ -185,14 +176,19 @@ class Assembler:
             return self.usage
         if not (self.delivered or error is None):
             return None
-        own = self._own_output()
-        output = count_text_tokens(own, model).tokens if own else 0
+        output = self.counted(model)
         return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
 
+    def counted(self, model: str | None) -> int:
+        """The output tokens of what this route delivered (carried text aside), as ``model``
+        counts them: its text, reasoning and tool calls' arguments (:func:`_output`)."""
+        own = self._own_output()
+        return count_text_tokens(own, model).tokens if own else 0
+
     def _own_output(self) -> str:
-        """This route's output, as :func:`output_text` reads each chunk's, from what the
-        assembly keeps: its text, its reasoning and thinking blocks (past the carried ones)
-        and its tool calls' arguments."""
+        """This route's output (:func:`_output`), from what the assembly keeps: its text,
+        its reasoning and thinking blocks (past the carried ones) and its tool calls'
+        arguments."""
         reasoning, thinking = self.metadata.get("reasoning"), self.metadata.get("thinking")
         if isinstance(reasoning, str):
             reasoning = reasoning[self._carried_reasoning :]

@@ -22,13 +22,13 @@ from collections.abc import Generator
 from typing import Any
 
 from ..budget._usage import usable_usage
+from ..context import AttemptRecord
 from ..errors import ProviderError, ProviderTimeoutError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..store import Step
-from ..tokens import count_text_tokens
 from . import limits, plan, routes
-from .assembly import has_content, output_text
+from .assembly import Assembler, has_content
 from .limits import Reservation
 from .ops import AwaitLeg, HaltLegs, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
@@ -308,24 +308,24 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
 
 def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict[str, str] | None]:
     """What a loser whose answer arrived used, and its headers: a plain answer's usage (else
-    its counted text, as a winner's); a stream's first content, counted as a winner's stream
-    without usage is (:func:`.assembly.output_text`), beside its prompt."""
+    its counted text, as a winner's); a stream's first content, assembled and counted as a
+    winner's stream without usage is (:meth:`.assembly.Assembler.counted`), beside its
+    prompt."""
     ctx = state.run.ctx
     if isinstance(event.value, ChatResponse):
         response = event.value
         return limits.response_usage(ctx, leg.route, leg.reservation, response), response.headers
     buffered: list[StreamChunk] = event.value[0] if event.value is not None else []
-    model = next((chunk.model for chunk in reversed(buffered) if chunk.model), None)
-    text = "".join(output_text(chunk) for chunk in buffered)
-    output = count_text_tokens(text, limits.answer_model(ctx, leg.route, model)).tokens
-    headers: dict[str, str] = {}
+    # (a record of its own: the loser's attempt and the call note no first token of it)
+    assembler = Assembler(None, "", AttemptRecord(leg.route.name))
     for chunk in buffered:
-        headers.update(chunk.headers or {})
+        assembler.add(chunk)
+    output = assembler.counted(limits.answer_model(ctx, leg.route, assembler.model))
     so_far = reported(buffered)
     if so_far is not None:  # its provider's count of its prompt, its output at least
-        return _at_least(so_far, output), headers
+        return _at_least(so_far, output), assembler.headers
     sent = limits.sent_input(ctx, leg.route, leg.reservation)
-    return Usage(input_tokens=sent, output_tokens=output, estimated=True), headers
+    return Usage(input_tokens=sent, output_tokens=output, estimated=True), assembler.headers
 
 
 def reported(chunks: list[StreamChunk]) -> Usage | None:
