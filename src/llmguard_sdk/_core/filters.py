@@ -229,18 +229,15 @@ def _late(pending: Pending) -> ProviderTimeoutError:
         f"{pending.what} did not finish within the call's deadline",
         request_sent=pending.stage != "input",
     )
-    setattr(error, _LATE, True)  # (see :func:`late`)
+    error._filter_late = True  # (see :func:`late`)
     return error
-
-
-_LATE = "_llmguard_filter_late"
 
 
 def late(error: BaseException) -> bool:
     """Whether ``error`` is a filter's wait past the call's deadline: the call's time is
     spent, and the error names the filter (a cascade raises it, where a tier's provider
     errors escalate: the next tier has no time left)."""
-    return getattr(error, _LATE, False) is True
+    return isinstance(error, ProviderTimeoutError) and error._filter_late
 
 
 async def _settled(pending: Pending) -> Outcome:

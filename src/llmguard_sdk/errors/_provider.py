@@ -104,6 +104,9 @@ class ProviderTimeoutError(ProviderError):
     saying the request did not arrive in time: Anthropic's ``request_body_timeout``)."""
 
     retryable = True
+    _filter_late: bool = False
+    """Whether it is an async filter's wait past the call's deadline (the SDK's own flag:
+    see ``llmguard_sdk._core.filters.late``)."""
 
 
 class ProviderBusyError(ProviderError):
