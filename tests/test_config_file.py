@@ -106,6 +106,29 @@ def test_a_file_with_every_shortcut_resolves(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("0.0.0.0", "http://0.0.0.0:11434/v1"),  # (the server's "listen everywhere")
+        ("localhost", "http://localhost:11434/v1"),
+        ("[::1]", "http://[::1]:11434/v1"),
+        ("127.0.0.1:8080", "http://127.0.0.1:8080/v1"),
+        ("http://ollama.internal", "http://ollama.internal/v1"),  # a scheme: its own port
+        ("https://ollama.example/", "https://ollama.example/v1"),
+    ],
+)
+def test_an_ollama_host_without_a_port_is_read_as_ollama_reads_it(
+    tmp_path: Path, host: str, url: str
+) -> None:
+    """``OLLAMA_HOST=0.0.0.0`` (set for the server to listen everywhere) sent every call to
+    port 80: Ollama reads a host without a scheme or port at its port, 11434."""
+    config = load_config(_write(tmp_path, "guard.toml", '[[routes]]\nmodel = "ollama/m"\n'))
+    entries, routes = resolve(config, {"OLLAMA_HOST": host})
+    assert routes[0].base_url == url
+    assert entries[0].base_url == url  # type: ignore[union-attr]
+    entries[0].close()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ('[[routes]]\nmodle = "openai/x"\n', "routes.0.modle"),

@@ -15,6 +15,7 @@ server's); one set but empty is refused naming it (``_config_routes.py``), as an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -77,10 +78,21 @@ def api_root(
     default, _key, url_variable = _OPENAI_LIKE[shortcut]
     given = environ.get(url_variable) if url_variable else None
     if shortcut == "ollama" and given:
-        given = given.rstrip("/") + "/v1" if not given.rstrip("/").endswith("/v1") else given
-        given = given if "://" in given else f"http://{given}"
+        given = _ollama_root(given)
     if given:
         return given
     if default is None:
         raise ConfigurationError(f"{where}: {shortcut}/ needs base_url")
     return default
+
+
+def _ollama_root(host: str) -> str:
+    """The API root of ``OLLAMA_HOST`` read as Ollama reads it: without a scheme, ``http://``
+    at Ollama's port 11434 unless it names one (``0.0.0.0``, set for the server to listen
+    everywhere, went to port 80), then ``/v1``."""
+    root = host.strip().rstrip("/")
+    if "://" not in root:
+        netloc, slash, path = root.partition("/")
+        port = "" if re.fullmatch(r".*:\d+", netloc) else ":11434"  # ("[::1]" names none)
+        root = f"http://{netloc}{port}{slash}{path}"
+    return root if root.endswith("/v1") else f"{root}/v1"
