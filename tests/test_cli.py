@@ -176,6 +176,21 @@ def test_a_drill_of_infinite_rate_or_length_is_refused(
     assert "must be positive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("config", [False, True])
+def test_a_drill_of_more_calls_than_it_can_hold_is_refused_before_it_starts(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], config: bool
+) -> None:
+    """``--rate 1e9`` launched its calls without end (15 billion at the default phases), each
+    one's task and record held: the drill printed nothing while it took every byte of memory.
+    A drill of more than 100,000 calls is refused, saying how many it asked for."""
+    path = tmp_path / "guard.toml"
+    path.write_text('[[routes]]\nmodel = "vllm/a"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    where = ["--config", str(path)] if config else ["--no-local"]
+    argv = ["drill", *where, "--before", "0.2", "--outage", "0.2", "--after", "0.2"]
+    assert main([*argv, "--rate", "100001"]) == 2  # 1 s of traffic: 100,001 calls
+    assert "100,001 calls" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("option", "named"),
     [

@@ -30,13 +30,27 @@ __all__ = ["OUTAGE_PHASES", "Outage", "check_drill_times"]
 OUTAGE_PHASES = ("refused", "503", "hang")
 
 
-def check_drill_times(**times: float) -> None:
+MAX_DRILL_CALLS = 100_000
+"""The most calls a drill sends (its rate times its length): each is a task and a record
+held to the end (some 30 kB: 100,000 calls took 3 GB)."""
+
+
+def check_drill_times(*, rate: float, before: float, outage: float, after: float) -> None:
     """Raise :class:`ConfigurationError` naming the first of a drill's ``rate`` and phase
     durations that is not a positive, finite number (``rate and every phase duration must be
-    positive`` left the reader to find which)."""
+    positive`` left the reader to find which), or saying how many calls they ask for when that
+    is more than :data:`MAX_DRILL_CALLS` (``rate=1e9``: calls launched without end until
+    memory ran out, the drill silent)."""
+    times = {"rate": rate, "before": before, "outage": outage, "after": after}
     for name, value in times.items():
         if not 0 < value < math.inf:  # (inf: an OverflowError, or a drill that never ends)
             raise ConfigurationError(f"{name} must be positive and finite, got {value!r}")
+    calls = rate * (before + 3 * outage + after)  # (rounded, as the drills count them)
+    if calls >= MAX_DRILL_CALLS + 0.5:  # (1e300 x 1e10: inf, which round() refuses)
+        raise ConfigurationError(
+            f"a drill of {calls:,.0f} calls (rate x (before + 3 x outage + after)) is more than "
+            f"{MAX_DRILL_CALLS:,}: lower the rate or the phases"
+        )
 
 
 class Outage(_Streams):
