@@ -19,6 +19,7 @@ REQUEST = ChatRequest.model_validate({"messages": [{"role": "user", "content": "
 
 def _refused(row: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI batch row whose answer is a refusal with its tokens' logprobs."""
+    row["response"]["body"]["created"] = 1_700_000_000  # (the clock's second may tick between)
     choice = row["response"]["body"]["choices"][0]
     choice["message"] = {"role": "assistant", "content": None, "refusal": "I cannot."}
     choice["logprobs"] = {"content": None, "refusal": [{"token": "I", "logprob": -0.1}]}
