@@ -123,8 +123,17 @@ def test_settling_returns_unused_tokens(fake: FakeProvider, make_guard: MakeGuar
 class Limiters:
     """The same limiter contract in memory (injected clock) or Redis (clock offset)."""
 
-    def __init__(self, limiter: Any, advance: Callable[[float], None]) -> None:
-        self.limiter, self.advance = limiter, advance
+    def __init__(
+        self, limiter: Any, advance: Callable[[float], None], store: RedisStore | None = None
+    ) -> None:
+        self.limiter, self.advance, self.store = limiter, advance, store
+
+    async def aclose(self) -> None:
+        """Close the store's async client on the running loop, before the loop ends (one
+        left on a closed loop reports itself unclosed to the loop running when it is
+        collected: another test's)."""
+        if self.store is not None:
+            await self.store.aclose()
 
 
 @pytest.fixture(params=["memory", "redis", "cluster"])
@@ -144,7 +153,7 @@ def limiters(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Itera
     def shift(seconds: float) -> None:
         limiter.clock_offset += seconds
 
-    yield Limiters(limiter, shift)
+    yield Limiters(limiter, shift, store)
     store.close()
 
 
@@ -186,6 +195,7 @@ def test_contract_async_twins(limiters: Limiters) -> None:
         grants = [(await limiter.areserve("r", tokens=400)).allowed for _ in range(3)]
         await limiter.asettle("r", token_delta=-400)
         grants.append((await limiter.areserve("r", tokens=400)).allowed)
+        await limiters.aclose()
         return grants
 
     assert anyio.run(run) == [True, True, False, True]
