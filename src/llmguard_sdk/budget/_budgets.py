@@ -45,8 +45,10 @@ class Budgets:
             the processes may spend until Redis answers again: each takes its part (the
             share divided by the processes alive) of the room its last reservation saw (a
             process idle while others spent the budget down sees more room than is left:
-            the fleet can then overrun by up to about this share of the limit); ``None``:
-            the store's ``local_share`` (0.25).
+            the fleet can then overrun by up to about this share of the limit; a process
+            that never reached Redis, or whose last reservation saw fewer processes alive
+            than there are, takes more: at most this share of the limit per process is
+            what holds whatever the timing); ``None``: the store's ``local_share`` (0.25).
         clamp_max_tokens: lower a call's ``max_tokens`` to what the budgets still allow
             (down to ``min_output_tokens``) instead of refusing it, at its reservation and
             at the top-up before a retry or fallback attempt after billed attempts.

@@ -17,9 +17,11 @@ its process in a sorted set of the budget set (alive while it reserved in the la
 room left; while Redis is away a process may spend ``fleet_share`` of the room its counters
 had left at its last reservation, divided by the processes alive then. Together the fleet
 spends at most ``fleet_share`` of what was left (a quarter by default), whatever the number of
-processes that reached Redis in the last ``_ALIVE`` seconds. A counter a process never
-reserved on (a tenant new to it) counts its whole limit instead of its room; a process that
-never reached Redis counts itself alone. Spend that could not
+processes that reached Redis in the last ``_ALIVE`` seconds, once each process's last
+reservation saw them all alive. A counter a process never reserved on (a tenant new to it)
+counts its whole limit instead of its room; a process that never reached Redis counts itself
+alone, and one whose last reservation came before others registered divides by fewer: what
+holds whatever the timing is ``fleet_share`` of the limit per process. Spend that could not
 reach Redis (settles of calls reserved in Redis, and every call counted locally) goes into
 the :class:`~llmguard_sdk.budget.journal.SpendJournal`, a file, before the call returns; the
 journal is replayed into Redis by the next script that reaches it, and the settled marker of
