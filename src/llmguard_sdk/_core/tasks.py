@@ -88,6 +88,7 @@ class TaskChoice:
     tried: list[Tried] = field(default_factory=list)
     bounded: bool = False  # the ranked routes bound every tier's (a release's arm's routes)
     fallback: tuple[Provider, ...] = ()  # ranked routes after the arm's own (a canary's)
+    release: str | None = None  # the release the call started on (its arm's)
 
     def attributes(self) -> Attributes:
         """The call span's attributes (``llmguard.tier``, the cascade's)."""
@@ -158,25 +159,30 @@ class TaskRouting:
         tier = cascade.tiers[0] if cascade is not None else name
         choice = TaskChoice(
             tier, cascade, name if cascade is not None else None, routes,
-            bounded=ctx.release is not None, fallback=ctx.fallback_routes,
+            bounded=ctx.release is not None, fallback=ctx.fallback_routes, release=ctx.release,
         )  # fmt: skip
         ctx.task = choice
-        ctx.route_order = self.order(choice, tier)
+        ctx.route_order = self.order(choice, tier, ctx.release)
 
-    def order(self, choice: TaskChoice, tier: str) -> tuple[Provider, ...]:
+    def order(self, choice: TaskChoice, tier: str, release: str | None) -> tuple[Provider, ...]:
         """``tier``'s routes in the order this call tries them (each group's deployments as
         ranked for the call). Under a release only the call's arm's routes: a tier naming
         both releases' routes served the canary's calls from the release's; one naming none
         of the arm's gives the arm's own. A canary call's fallback (the current release's
-        routes) comes after, bounded alike."""
+        routes) comes after, bounded alike; alone once the call fell back to it
+        (``release``, the call's now, is not the one it started on): a cascade escalating
+        after the fallback sends the current release's request to its routes only."""
         position = {route.name: i for i, route in enumerate(choice.ranked)}
         ordered: list[Provider] = []
         for member in self._tiers[tier]:
             ordered += sorted(member, key=lambda r: position.get(r.name, len(position)))
         if not choice.bounded:
             return tuple(ordered)
+        fallback = _within(ordered, choice.fallback) if choice.fallback else ()
+        if fallback and release != choice.release:
+            return fallback
         own = tuple(r for r in choice.ranked if r not in choice.fallback)
-        return _within(ordered, own) + _within(ordered, choice.fallback)
+        return _within(ordered, own) + fallback
 
 
 def _within(ordered: list[Provider], ranked: tuple[Provider, ...]) -> tuple[Provider, ...]:
@@ -230,7 +236,7 @@ def _plan(ctx: CallContext, stages: Stages, routing: TaskRouting) -> Plan:
     for index, tier in enumerate(cascade.tiers):
         last = index == len(cascade.tiers) - 1
         if index:
-            _next_tier(ctx, stages, routing.order(choice, tier), tier)
+            _next_tier(ctx, stages, routing.order(choice, tier, ctx.release), tier)
         run = stages
         if not last:
             screen = _screen(stages.output_filters, cascade, ctx)
