@@ -62,6 +62,7 @@ def test_a_minute_s_hint_leaves_a_daily_quota_its_day(
     # the day has room (it had 137 requests left of its 100,000)
     assert 600 <= _burst(rl, "p", 700) < 700
     rl.learn("day", **taught)  # a route with the daily limit alone
+    advance(taught.get("pause", 0.0) + 1.0)  # (a pause holds its calls until it ends)
     assert _burst(rl, "day", 1000) == 1000  # (it had none: the whole day's allowance gone)
 
 
@@ -75,6 +76,35 @@ def test_a_pause_still_blocks_the_minute_limit_for_the_pause(
     assert 5.0 <= refused.retry_after <= 5.2  # the minute limit: the pause, then its rate
     advance(5.2)
     assert rl.reserve("p").allowed
+
+
+def test_a_pause_holds_a_daily_quota_for_the_pause_at_no_cost(
+    limiter: tuple[Any, Callable[[float], None]],
+) -> None:
+    """A route whose only limit is a daily quota let calls through a 429's pause (learned
+    as a minute's share of the day, it blocked nothing): the pause holds them, a call that
+    may wait is told to wait it out, and it costs the day nothing."""
+    rl, advance = limiter
+    rl.learn("day", pause=30.0)
+    refused = rl.reserve("day")  # (the limit's max_wait: 0)
+    assert (refused.allowed, refused.reason) == (False, "rate")
+    assert 29.0 <= refused.retry_after <= 30.0
+    rl.learn("day", pause=1.0)  # a shorter pause does not shorten it
+    advance(20.0)
+    assert not rl.reserve("day").allowed
+    advance(10.5)
+    assert _burst(rl, "day", 1000) == 1000
+
+
+def test_a_call_that_may_wait_is_told_to_wait_the_pause_out() -> None:
+    now = [1000.0]
+    limits = {"day": RateLimit(rpm=100_000, period=86_400, max_wait=60.0)}
+    rl = MemoryRateLimiter(limits, clock=lambda: now[0])
+    rl.learn("day", pause=20.0)
+    grant = rl.reserve("day", max_wait=30.0)  # (its deadline leaves it 30 s)
+    assert (grant.allowed, grant.wait) == (True, pytest.approx(20.0))
+    short = rl.reserve("day", max_wait=10.0)  # the pause outlasts its deadline: at once
+    assert (short.allowed, short.reason) == (False, "rate")
 
 
 @pytest.mark.parametrize(

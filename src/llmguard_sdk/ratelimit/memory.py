@@ -94,7 +94,9 @@ class MemoryRateLimiter(LimiterBase):
                     self._held.pop(name, None)
                 elif metered(new) != metered(old):
                     state = self._cells[name]
-                    self._cells[name] = CellState(leases=state.leases, queue=state.queue)
+                    self._cells[name] = CellState(
+                        leases=state.leases, queue=state.queue, paused=state.paused
+                    )
 
     def _keys(self, key: str, tenant: str | None) -> _Cells:
         return self._recent_keys((key, tenant))

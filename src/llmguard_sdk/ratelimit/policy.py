@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from typing_extensions import Unpack
@@ -247,17 +247,21 @@ class Grant:
 @dataclass(frozen=True)
 class CellState:
     """The state of one limit: a TAT per quantity (requests, tokens, input, output), the
-    leases of the calls in flight and the calls waiting, each id with the instant it lapses.
+    leases of the calls in flight and the calls waiting, each id with the instant it lapses,
+    and the instant a provider's pause (a 429's ``Retry-After``) ends: no call goes before
+    it, whatever the limit's period, and it costs no allowance (``paused``, new in 0.2.0).
     """
 
     tats: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     leases: Mapping[str, float] = field(default_factory=dict)
     queue: Mapping[str, float] = field(default_factory=dict)
+    paused: float = 0.0
 
     def idle(self, now: float) -> bool:
-        """True when forgetting this state changes nothing (every TAT passed, nothing held)."""
+        """True when forgetting this state changes nothing (TATs, pause passed; none held)."""
         return (
-            all(tat <= now for tat in self.tats)
+            self.paused <= now
+            and all(tat <= now for tat in self.tats)
             and not any(until > now for until in self.leases.values())
             and not any(until > now for until in self.queue.values())
         )
@@ -302,6 +306,8 @@ def _evaluate(
             late = before[index] - now  # it goes once the bucket is full, leaving it in debt
         if late > over:
             over = late
+    if state.paused - now > over:  # a provider's pause: no call before it ends
+        over = state.paused - now
     return over, (tats[0], tats[1], tats[2], tats[3])
 
 
@@ -373,13 +379,10 @@ def reserve_all(
         if isinstance(found, Grant):
             return found, list(fresh)
         wait, planned = found
-        after = [
-            CellState(tats, state.leases, state.queue)
-            for state, tats in zip(fresh, planned, strict=True)
-        ]
+        after = [replace(state, tats=tats) for state, tats in zip(fresh, planned, strict=True)]
         return (_NOW if wait <= 0.0 else Grant(True, wait=wait)), after
     fresh = [
-        CellState(state.tats, _live(state.leases, now), _live(state.queue, now))
+        replace(state, leases=_live(state.leases, now), queue=_live(state.queue, now))
         if state.leases or state.queue
         else state  # nothing held or waiting: nothing to drop
         for state, _ in cells
@@ -404,7 +407,7 @@ def reserve_all(
     result = []
     for state, (_, limit), tats in zip(fresh, cells, planned, strict=True):
         if limit.concurrency is None and limit.max_queue is None and not state.queue:
-            result.append(CellState(tats, state.leases, state.queue))  # only the TATs move
+            result.append(replace(state, tats=tats))  # only the TATs move
             continue
         leases, queue = dict(state.leases), dict(state.queue)
         queue.pop(call_id, None)
@@ -414,7 +417,7 @@ def reserve_all(
             hold = limit.lease_seconds if lease_seconds is None else lease_seconds
             leases[call_id] = now + wait + min(hold, limit.lease_seconds)
             lease = call_id
-        result.append(CellState(tats, leases, queue))
+        result.append(replace(state, tats=tats, leases=leases, queue=queue))
     return Grant(True, wait=max(0.0, wait), lease=lease), result
 
 
@@ -449,7 +452,7 @@ def _no_slot(
             queue[call_id] = till
         else:  # a slot is free for it here: the calls behind it may take it meanwhile
             queue.pop(call_id, None)
-        result.append(CellState(state.tats, state.leases, queue))
+        result.append(replace(state, queue=queue))
     return Grant(False, CONCURRENCY_POLL, reason="concurrency", queued=True), result
 
 
@@ -513,11 +516,11 @@ def learn(
     ``period`` up to a minute (``burst`` 1: ``h`` is its capacity) is left with ``left``
     units of room, or none until the pause has passed and then its rate's worth; a hint
     costs a longer limit (a daily quota) at most a minute's share of its allowance plus the
-    pause's share, never a day's, and does not block it (its route's per-minute limit, or
-    the Guard's breaker, waits the pause out).
+    pause's share, never a day's. The pause itself holds every limit, whatever its period,
+    until it ends (:attr:`CellState.paused`; not kept in a tuple state), at no cost.
 
     .. versionchanged:: 0.2.0
-       Learned over the hint's minute, not a longer limit's whole period.
+       Learned over the hint's minute, not a longer limit's whole period; the pause holds.
     """
     cell = _as_cell(state, limit)
     remaining = (
@@ -537,8 +540,9 @@ def learn(
             tats[index] = max(tats[index], now + horizon - left * interval)
         if pause is not None:
             tats[index] = max(tats[index], now + horizon + pause)
+    paused = max(cell.paused, now + pause) if pause is not None else cell.paused
     learned: _State = _like(
-        state, CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue)
+        state, replace(cell, tats=(tats[0], tats[1], tats[2], tats[3]), paused=paused)
     )
     return learned
 
@@ -579,7 +583,7 @@ def settle(
         tats[index] += delta * limit.period / per_period
         if delta < 0:
             tats[index] = max(tats[index], now)
-    cell = CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue)
+    cell = replace(cell, tats=(tats[0], tats[1], tats[2], tats[3]))
     settled: _State = _like(state, cell if lease is None else release(cell, now, lease))
     return settled
 
@@ -590,6 +594,5 @@ def release(state: CellState, now: float, lease: str) -> CellState:
     if lease not in state.leases and lease not in state.queue:
         return state
     queue = {k: v for k, v in state.queue.items() if k != lease}
-    return CellState(
-        state.tats, {k: v for k, v in _live(state.leases, now).items() if k != lease}, queue
-    )
+    leases = {k: v for k, v in _live(state.leases, now).items() if k != lease}
+    return replace(state, leases=leases, queue=queue)

@@ -1,7 +1,7 @@
 -- Reserve one call on every limit of a route (and its tenant), all or nothing.
 -- Mirrors ratelimit.policy.reserve_all.
 -- KEYS: three per limit: its state hash (r, t, i, o = the TATs of requests, tokens, input
---   and output tokens), its queue (zset: call id -> instant it stops waiting), its leases
+--   and output tokens; p = the instant a provider's pause ends), its queue (zset: call id -> instant it stops waiting), its leases
 --   (zset: call id -> instant the lease lapses: the calls holding a concurrency slot, and
 --   with token limits each call that has yet to settle).
 -- ARGV: 1 clock offset (0 outside tests), 2 requests, 3 tokens, 4 input tokens, 5 output
@@ -33,8 +33,8 @@ end
 local wait, plans, full, any_full = 0, {}, {}, false
 for c = 1, cells do
   local period, capacity = tonumber(arg(c, 5)), tonumber(arg(c, 6))
-  local saved = redis.call('HMGET', KEYS[3 * c - 2], 'r', 't', 'i', 'o')
-  local tats, over = {}, 0
+  local saved = redis.call('HMGET', KEYS[3 * c - 2], 'r', 't', 'i', 'o', 'p')
+  local tats, over = {}, math.max(0, (tonumber(saved[5]) or 0) - now)
   for q = 1, 4 do
     tats[q] = tonumber(saved[q]) or 0
     local limit = tonumber(arg(c, q))
