@@ -38,6 +38,13 @@ from .assembly import has_content
 from .plan import plan
 from .run import Run
 
+# How long a sync race's win waits for the losers it stopped to end, so that an answer one of
+# them also had is charged as used: a leg the abort reaches ends at once (a socket shut down);
+# one stuck where the abort does not reach (a local model's prompt pass) is not waited for
+# (charged its estimate, its give-backs sent when it ends), so a hedged call never takes the
+# slow leg's time.
+_HALT_GRACE_S = 0.25
+
 __all__ = ["acomplete", "adrive", "complete", "drive"]
 
 logger = logging.getLogger("llmguard_sdk")
@@ -316,16 +323,16 @@ class _ThreadLegs:
 
     def halt(self, keep: str | None, run: Run) -> list[ops.LegEvent]:
         """Stop every leg but ``keep``; wait for those the abort reached (they end at once:
-        a socket shut down, a generation abandoned), within the call's deadline; the events
-        of the legs that ended by then (one that registered nothing goes on, its deadline
-        its end)."""
+        a socket shut down, a generation abandoned), for :data:`_HALT_GRACE_S` at most
+        within the call's deadline; the events of the legs that ended by then (one that
+        registered nothing, or did not end in time, goes on: its deadline its end)."""
         with self.lock:
             running = [leg for name, leg in self.legs.items() if name != keep and not leg.stopped]
             for leg in running:
                 leg.stopped = True
         for leg in running:
             if not leg.finished and leg.abort.abort() and leg.thread is not None:
-                leg.thread.join(max(0.0, run.ctx.remaining()))
+                leg.thread.join(max(0.0, min(_HALT_GRACE_S, run.ctx.remaining())))
         events: list[ops.LegEvent] = []
         while True:
             try:
@@ -550,7 +557,8 @@ class _TaskLegs:
     async def halt(self, keep: str | None) -> list[ops.LegEvent]:
         """Cancel every leg but ``keep`` and wait for their tasks to end (at once, unless
         one waits on what a cancellation does not stop: the task group waits for it
-        anyway); the events of the legs that ended by then."""
+        anyway, so no grace as in the sync driver); the events of the legs that ended by
+        then."""
         stopped = [leg for name, leg in self.legs.items() if name != keep]
         for leg in stopped:
             leg.scope.cancel()
