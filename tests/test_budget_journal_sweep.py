@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from redis_cluster import RedisServer
 
 from llmguard_sdk.budget import RedisBudgetBackend
 from llmguard_sdk.budget import journal as journal_module
@@ -62,9 +63,10 @@ def test_a_healthy_process_adopts_a_crashed_processes_journal_in_bounded_time(
         backend.settle("own-1", [SPEC], actual=500, ttl=600)  # healthy: straight to Redis
         dead = _crash_with_records(tmp_path, backend.journal.name)
         deadline = time.monotonic() + 10  # (the sweep runs every 0.05 s here)
-        while dead.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while (dead.exists() or backend.journal.pending) and time.monotonic() < deadline:
+            time.sleep(0.02)  # (the file gone: adopted; nothing pending: replayed)
         assert not dead.exists()  # adopted by the live process, which never failed
+        assert backend.journal.pending == 0
         assert backend.reserve("own-2", [SPEC], **HOLD).allowed  # type: ignore[arg-type]
         backend.settle("own-2", [SPEC], actual=500, ttl=600)
         assert backend.status([SPEC])[0][0] == 500 + 7000 + 500  # each record once
@@ -167,9 +169,10 @@ def test_the_sweep_interval_is_the_stores_journal_sweep_every_s(
         assert backend.journal.sweep_every_s == 0.05
         dead = _crash_with_records(tmp_path, backend.journal.name)
         deadline = time.monotonic() + 10  # (the sweep runs every 0.05 s here)
-        while dead.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        while (dead.exists() or backend.journal.pending) and time.monotonic() < deadline:
+            time.sleep(0.02)  # (the file gone is adopted, not yet replayed: wait for both)
         assert not dead.exists()  # adopted by the store's interval, not the hour's
+        assert backend.journal.pending == 0
         assert backend.status([SPEC])[0][0] == 7000
         slow = RedisBudgetBackend(store, name="sweep-knob-slow", journal_sweep_every_s=7200)
         assert slow.journal.sweep_every_s == 7200.0  # (the backend's own, over the store's)
@@ -204,4 +207,46 @@ def test_a_bad_sweep_interval_is_a_configuration_error(
         with pytest.raises(ConfigurationError, match="journal_sweep_every_s"):
             RedisBudgetBackend(store, name="sweep-bad", journal_sweep_every_s=every)  # type: ignore[arg-type]
     finally:
+        store.close()
+
+
+def test_a_store_closed_under_a_replay_is_a_redis_failure_and_loses_no_spend(
+    redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``store.close()`` disconnects the connections in use too: a replay (the sweep
+    thread's) waiting for its answer read a closed socket file, and redis-py's ``ValueError``
+    ("I/O operation on closed file") escaped as no Redis error (the sweep logged a crash).
+    It is a connection failure now; the records stay in the journal for the next replay."""
+    import redis
+
+    store = RedisStore(redis_server.url, key_prefix="closed-under", journal_dir=str(tmp_path))
+    admin = redis.Redis.from_url(redis_server.url)
+    try:
+        backend = RedisBudgetBackend(store, name="closed-under")
+        assert backend.status([SPEC])[0][0] == 0  # (a connection in the pool)
+        _crash_with_records(tmp_path, backend.journal.name)
+        assert backend.journal.adopt_orphans() == 2
+        admin.client_pause(10_000, all=False)  # writes (the settle scripts) wait
+        replayed: list[object] = []
+
+        def replay() -> None:
+            try:
+                replayed.append(backend.replay())
+            except Exception as exc:
+                replayed.append(exc)
+
+        thread = threading.Thread(target=replay)
+        thread.start()
+        while not any(c["cmd"] == "evalsha" and "b" in c["flags"] for c in admin.client_list()):
+            time.sleep(0.01)  # (until the replay's script waits in Redis)
+        store.close()
+        admin.client_unpause()
+        thread.join()
+        assert replayed == [False]  # a Redis failure, no ValueError
+        assert backend.journal.pending == 2  # nothing lost
+        assert backend.replay()
+        assert backend.status([SPEC])[0][0] == 7000  # each record once
+    finally:
+        admin.client_unpause()
+        admin.close()
         store.close()

@@ -291,6 +291,23 @@ def resends_bounded(store: RedisStore) -> Iterator[None]:
         _WRITE_BY.reset(token)
 
 
+@contextlib.contextmanager
+def closed_under() -> Iterator[None]:
+    """Around one round trip: a connection closed under it by another thread (the store's
+    ``close()`` disconnects the connections in use too) is a connection failure, as Redis
+    gone would be; redis-py raises ``ValueError`` ("I/O operation on closed file") reading
+    the closed socket's file, which no caller took for a Redis error (a sweep's replay
+    logged a crash)."""
+    try:
+        yield
+    except ValueError as exc:
+        if "closed file" not in str(exc):
+            raise
+        from redis.exceptions import ConnectionError
+
+        raise ConnectionError(f"the connection was closed meanwhile: {exc}") from exc
+
+
 def _check_write() -> None:
     by = _WRITE_BY.get()
     if by is not None and time.monotonic() >= by:

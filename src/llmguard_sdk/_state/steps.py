@@ -24,7 +24,7 @@ from typing_extensions import ParamSpec
 
 from .._loops import on_asyncio
 from .bounds import answered_by, left, out_of_time, ran_out
-from .connections import resends_bounded
+from .connections import closed_under, resends_bounded
 from .health import tag
 from .lag import judged, lags
 
@@ -480,7 +480,7 @@ def _tagged(replies: list[Any], commands: Sequence[Command]) -> list[Any]:
 def _sent(store: RedisStore, client: Any, commands: Sequence[Command], whole: bool) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     _pack(pipe, commands, client, store.cluster, whole)
-    with resends_bounded(store):  # (a cluster client's re-sends end in time)
+    with resends_bounded(store), closed_under():  # (a cluster's re-sends end in time)
         return list(pipe.execute(raise_on_error=False))
 
 
@@ -489,7 +489,7 @@ async def _asent(
 ) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     _pack(pipe, commands, client, store.cluster, whole)
-    with resends_bounded(store):
+    with resends_bounded(store), closed_under():
         return list(await pipe.execute(raise_on_error=False))
 
 

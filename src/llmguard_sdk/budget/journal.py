@@ -16,7 +16,8 @@ files a sweep) and, while records are left in its journal, has its backend repla
 that thread, so a crashed worker's spend reaches Redis within about that time even in a
 process that makes no further call; a call itself never lists the directory. A sweep that
 finds its journal closed (``close()`` ran meanwhile) adopts nothing: a dead file stays whole
-for another process.
+for another process. A dead file gone is adopted, not yet counted: its records are in Redis
+once the journal's ``pending`` is 0 (:meth:`RedisBudgetBackend.status` reads Redis only).
 Then it replays its file a few records per call (see
 :class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`). The file's first line, a header of
 fixed width, says where the records not yet replayed start; each replayed chunk moves it
