@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis_cluster import RedisServer
@@ -210,6 +211,11 @@ def test_a_bad_sweep_interval_is_a_configuration_error(
         store.close()
 
 
+def _a_script_waits(admin: Any) -> bool:
+    """Whether a client's script waits in Redis (held back by ``CLIENT PAUSE``)."""
+    return any(c["cmd"] == "evalsha" and "b" in c["flags"] for c in admin.client_list())
+
+
 def test_a_store_closed_under_a_replay_is_a_redis_failure_and_loses_no_spend(
     redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -237,8 +243,8 @@ def test_a_store_closed_under_a_replay_is_a_redis_failure_and_loses_no_spend(
 
         thread = threading.Thread(target=replay)
         thread.start()
-        while not any(c["cmd"] == "evalsha" and "b" in c["flags"] for c in admin.client_list()):
-            time.sleep(0.01)  # (until the replay's script waits in Redis)
+        while not _a_script_waits(admin):
+            time.sleep(0.01)
         store.close()
         admin.client_unpause()
         thread.join()
