@@ -82,6 +82,24 @@ def test_bad_arguments_exit_with_usage() -> None:
     assert info.value.code == 2
 
 
+def test_a_demo_of_more_requests_than_it_can_hold_is_refused_before_it_starts() -> None:
+    """``--requests 1000000000`` built a billion-long fault script and started every call's
+    task at once (only the calls waited for ``--concurrency``): memory without bound. Under a
+    1 GiB address-space limit it died of a MemoryError; it is refused in one line, status 2."""
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from llmguard_sdk.cli import main\n"
+        "sys.exit(main(['demo', '--requests', '1000000000']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "1,000,000,000 requests" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize("group", ["budget", "cache", "cost"])
 def test_a_command_group_without_its_action_exits_with_usage(
     group: str, capsys: pytest.CaptureFixture[str]

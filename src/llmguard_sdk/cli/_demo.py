@@ -220,17 +220,30 @@ class _TimedTransitions:
         self.timed.clear()
 
 
+MAX_DEMO_REQUESTS = 100_000
+"""The most calls a demo sends: each one's fault and call record is held to the end (a
+drill is held to the same number of calls)."""
+
+_FLAKY = (
+    Fault(status=503),
+    Fault(status=429, retry_after_ms=50),
+    Fault(reset=True),
+    Fault(latency=0.02),
+)
+
+
 def _flaky_script(count: int) -> list[Fault | None]:
+    """The primary's faults for ``count`` calls (four shared faults, not one per call)."""
     faults: list[Fault | None] = []
     for i in range(count):
         if i % 7 == 3:
-            faults.append(Fault(status=503))
+            faults.append(_FLAKY[0])
         elif i % 11 == 5:
-            faults.append(Fault(status=429, retry_after_ms=50))
+            faults.append(_FLAKY[1])
         elif i % 13 == 8:
-            faults.append(Fault(reset=True))
+            faults.append(_FLAKY[2])
         elif i % 5 == 0:
-            faults.append(Fault(latency=0.02))
+            faults.append(_FLAKY[3])
         else:
             faults.append(None)
     return faults
@@ -249,8 +262,19 @@ def _wait_until_probing(guard: Guard, route: str) -> None:
         time.sleep(min(max(permit.retry_after or 0.0, 0.02), 1.0) + 0.02)
 
 
+def _check_requests(requests: int) -> None:
+    if requests > MAX_DEMO_REQUESTS:
+        raise ConfigurationError(
+            f"a demo of {requests:,} requests is more than {MAX_DEMO_REQUESTS:,}: lower --requests"
+        )
+
+
 def run_demo(*, requests: int = 60, concurrency: int = 8) -> DemoSummary:
-    """Run the demo traffic and return its summary."""
+    """Run the demo traffic and return its summary.
+
+    Raises :class:`ConfigurationError` for more than :data:`MAX_DEMO_REQUESTS` requests
+    (``requests=10**9`` built a billion-long fault script until memory ran out)."""
+    _check_requests(requests)
     summary = DemoSummary(requests=requests, concurrency=concurrency)
     events: list[CallEvent] = []
     transitions = _TimedTransitions()
@@ -329,16 +353,19 @@ async def _burst(guard: Guard, requests: int, concurrency: int) -> None:
     limiter = anyio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
-        async with limiter:
+        try:
             with contextlib.suppress(LLMGuardError):  # failures are counted from the events
                 await guard.achat(
                     [{"role": "user", "content": f"question number {i}"}],
                     tenant=f"tenant-{i % 3}",
                     feature="demo",
                 )
+        finally:
+            limiter.release()
 
     async with anyio.create_task_group() as tasks:
         for i in range(requests):
+            await limiter.acquire()  # a task only for a free slot: at most `concurrency` alive
             tasks.start_soon(one, i)
     for route in guard.routes:  # this event loop's connections; the local model stays loaded
         if isinstance(route, OpenAICompatibleProvider):
