@@ -5,27 +5,26 @@ win waited for every stopped leg that had registered an abort until the call's d
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncGenerator, Generator
-from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
 
-from llmguard_sdk import ChatRequest, ChatResponse, Guard, OpenAICompatibleProvider, StreamChunk
+from llmguard_sdk import ChatRequest, ChatResponse, Guard, OpenAICompatibleProvider
 from llmguard_sdk.providers._abort import when_aborted
 from llmguard_sdk.testing import FakeProvider
+
+from .test_hedge_spend_late import _Late
 
 RELEASE_AFTER_S = 5.0  # the loser is let go by a timer then, if the call has not returned
 
 
-class _Stuck:
-    """A route that registers an abort doing nothing, then waits until it is let go."""
+class _Stuck(_Late):
+    """A route that registers an abort doing nothing, then waits until it is let go (its
+    streams, the SDK's provider's: ``_Late``'s)."""
 
     def __init__(self, server: FakeProvider) -> None:
-        self.inner = OpenAICompatibleProvider(server.base_url, model=server.model, name=server.name)
-        self.name: str = server.name
-        self.model: str | None = server.model
+        super().__init__(server)
         self.release = threading.Event()
 
     def _wait(self) -> ChatResponse:
@@ -39,19 +38,13 @@ class _Stuck:
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
         return await anyio.to_thread.run_sync(self._wait, abandon_on_cancel=True)
 
-    def stream(self, request: ChatRequest, **options: Any) -> Generator[StreamChunk, None, None]:
-        return self.inner.stream(request, **options)
-
-    def astream(self, request: ChatRequest, **options: Any) -> AsyncGenerator[StreamChunk, None]:
-        return self.inner.astream(request, **options)
-
     def close(self) -> None:
         self.release.set()
-        self.inner.close()
+        super().close()
 
     async def aclose(self) -> None:
         self.release.set()
-        await self.inner.aclose()
+        await super().aclose()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
