@@ -27,6 +27,13 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     )
 
 
+def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter (``python -c``), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 def test_version_and_help() -> None:
     assert run_cli("--version").stdout.strip() == f"llmguard-sdk {__version__}"
     help_text = run_cli("--help").stdout
@@ -92,9 +99,7 @@ def test_a_demo_of_more_requests_than_it_can_hold_is_refused_before_it_starts() 
         "from llmguard_sdk.cli import main\n"
         "sys.exit(main(['demo', '--requests', '1000000000']))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_python(code)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "1,000,000,000 requests" in result.stderr
     assert "Traceback" not in result.stderr
@@ -449,8 +454,8 @@ def _parsers() -> list[tuple[str, Any]]:
     """Every command's (and action's) parser, by its path: ``llmguard cost estimate`` ..."""
     import argparse
 
-    from llmguard_sdk.cli import _COMMANDS
     from llmguard_sdk.cli._command import register
+    from llmguard_sdk.cli._commands import COMMANDS as _COMMANDS
 
     root = argparse.ArgumentParser(prog="llmguard")
     commands = root.add_subparsers()

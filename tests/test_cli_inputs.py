@@ -15,6 +15,8 @@ import pytest
 
 from llmguard_sdk.cli import main
 
+from .test_cli import run_python
+
 SAMPLE = {
     "type": "call",
     "call_id": "a",
@@ -53,6 +55,31 @@ def test_a_ctrl_c_ends_a_running_command_with_one_line_and_status_130(tmp_path: 
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "llmguard eval: interrupted"
     assert out == ""
+
+
+_PRESSED_WHILE_LOADING = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+class Press:  # a finder that finds nothing: it presses Ctrl-C as the demo's module is looked for
+    def find_spec(self, name, path=None, target=None):
+        if name == "llmguard_sdk.cli._demo":
+            signal.raise_signal(signal.SIGINT)
+
+sys.meta_path.insert(0, Press())
+from llmguard_sdk.cli import main
+sys.exit(main(["cost", "models", "gpt-4o"]))
+"""
+
+
+def test_a_ctrl_c_while_the_commands_modules_load_is_one_line_and_status_130() -> None:
+    """A Ctrl-C as ``from llmguard_sdk.cli import main`` imported the commands' modules (a
+    Guard, its providers, the caches: the slow part of a start) printed a traceback. The
+    signal is a real SIGINT, raised as the demo's module is looked for."""
+    done = run_python(_PRESSED_WHILE_LOADING)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "llmguard: interrupted\n"
+    assert done.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -144,3 +171,61 @@ def test_a_bad_number_is_said_without_the_parsers_function_names(
     err = capsys.readouterr().err
     assert said in err
     assert "invalid" not in err.splitlines()[-1]
+
+
+def test_cost_report_refuses_a_negative_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record of ``cost_usd: -5`` was summed: the report's total went down by $5."""
+    usage = tmp_path / "usage.jsonl"
+    usage.write_text(json.dumps(USAGE) + "\n" + json.dumps({**USAGE, "cost_usd": -5.0}) + "\n")
+    assert main(["cost", "report", str(usage)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"llmguard cost report: {usage}: usage record 2 has a negative cost_usd (-5.0); a "
+        "UsageRecorder never writes one\n"
+    )
+
+
+@pytest.mark.parametrize("split", ["gpt-4o-mini=70,gpt-4o=20", "gpt-4o-mini=0.5,gpt-4o=0.2"])
+def test_cost_estimate_refuses_a_split_that_does_not_add_up(
+    split: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--split gpt-4o-mini=70,gpt-4o=20`` was priced as 78 % / 22 %, silently."""
+    argv = [*ESTIMATE, "--input-tokens", "900", "--output-tokens", "250", "--split", split]
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "shares must add up to 100 (percentages) or 1 (fractions)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split", ["gpt-4o-mini=70,gpt-4o=30", "gpt-4o-mini=0.7,gpt-4o=0.3"])
+def test_cost_estimate_takes_a_split_in_percentages_or_fractions(
+    split: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*ESTIMATE, "--input-tokens", "900", "--output-tokens", "250", "--split", split]
+    assert main([*argv, "--json"]) == 0
+    names = [option["name"] for option in json.loads(capsys.readouterr().out)["options"]]
+    assert names == ["70% gpt-4o-mini / 30% gpt-4o"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["budget", "status"],
+        ["cache", "clear", "--namespace", "n"],
+        ["release", "status", "k"],
+    ],
+)
+def test_each_command_names_itself_whole_in_its_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``llmguard budget status`` said ``llmguard budget:``, ``cache clear`` said ``llmguard
+    cache:``, ``release status`` said ``llmguard release:``: every other command's errors name
+    the command as it was typed."""
+    with socket.create_server(("127.0.0.1", 0)) as server:  # a port nothing answers on
+        port = server.getsockname()[1]
+    store = ["--store", f"redis://127.0.0.1:{port}/0"]
+    assert main([*argv, *store]) == 1
+    assert capsys.readouterr().err.startswith(f"llmguard {' '.join(argv[:2])}: ")

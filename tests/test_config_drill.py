@@ -30,12 +30,12 @@ def servers() -> Iterator[tuple[FakeProvider, FakeProvider]]:
         yield primary, backup
 
 
-def _config(tmp_path: Path, primary_url: str, backup_url: str) -> Path:
+def _config(tmp_path: Path, primary_url: str, backup_url: str, *, attempt_timeout: int = 1) -> Path:
     path = tmp_path / "guard.toml"
     path.write_text(
         f"""
 timeout = 10
-attempt_timeout = 1
+attempt_timeout = {attempt_timeout}
 
 [[routes]]
 model = "vllm/primary-model"
@@ -146,3 +146,22 @@ def test_the_drill_keeps_a_primarys_group_as_the_file_gives_it() -> None:
     )  # fmt: skip
     for route in before.deployments:
         route.close()
+
+
+def test_a_primary_that_gets_no_traffic_is_said_so_not_ok(
+    servers: tuple[FakeProvider, FakeProvider],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--primary spare`` named the backup: ``main`` answered every call, the fault injector
+    in front of ``spare`` saw none, and the drill said "fallback path OK" (exit 0)."""
+    primary, backup = servers  # (main's calls never move on to spare, however slow)
+    good = _config(tmp_path, primary.base_url, backup.base_url, attempt_timeout=10)
+    assert main(["drill", "--config", str(good), "--primary", "spare", *QUICK]) == 1
+    out = capsys.readouterr().out
+    assert "fallback path OK" not in out
+    assert "the primary route 'spare' got no traffic" in out
+    assert backup.stats.requests == 0
+    assert main(["drill", "--config", str(good), "--primary", "spare", "--json", *QUICK]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert (data["fallback_ok"], data["primary_got_traffic"]) == (False, False)

@@ -317,8 +317,8 @@ def test_default_folders_are_the_ones_the_readme_names(
 def test_every_command_and_action_is_shown() -> None:
     """Each ``llmguard`` command (and each action of a command that has actions) appears in
     one of the README's command lines."""
-    from llmguard_sdk.cli import _COMMANDS
     from llmguard_sdk.cli._command import Group
+    from llmguard_sdk.cli._commands import COMMANDS as _COMMANDS
 
     shown = {" ".join(line.split()[:3]) for line in _command_lines()}
     shown |= {" ".join(line.split()[:2]) for line in _command_lines()}

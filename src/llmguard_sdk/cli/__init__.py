@@ -10,46 +10,32 @@ once, as data (:mod:`._command`), in its own module.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .._version import __version__
-from ._budget import BUDGET
-from ._cache import CACHE
-from ._check import CHECK
-from ._command import Command, Group, register
-from ._cost import COST
-from ._demo import DEMO, DemoSummary, run_demo
-from ._drill import DRILL
-from ._eval import EVAL
-from ._release import RELEASE
-from ._report import REPORT
+if TYPE_CHECKING:
+    from ._demo import DemoSummary, run_demo
 
 __all__ = ["DemoSummary", "main", "run_demo"]
 
-_COMMANDS: tuple[Command | Group, ...] = (
-    DEMO, DRILL, COST, BUDGET, CACHE, EVAL, REPORT, CHECK, RELEASE,
-)  # fmt: skip
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``llmguard`` command line; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="llmguard",
-        description="llmguard-sdk: keep LLM calls fast, available and affordable.",
-    )
-    parser.add_argument("--version", action="version", version=f"llmguard-sdk {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in _COMMANDS:
-        register(commands, command)
-    args = parser.parse_args(argv)
+    """Run the ``llmguard`` command line; returns the exit status (130, said in one line, for
+    a Ctrl-C: while the commands' modules are imported too)."""
+    try:
+        from ._commands import parser  # (the heavy part: a Guard, its providers, caches)
+
+        root = parser()
+        args = root.parse_args(argv)
+    except KeyboardInterrupt:  # (a command's own run says its name: _command._reporting)
+        print("llmguard: interrupted", file=sys.stderr)
+        return 130  # (128 + SIGINT, as a shell reports a command Ctrl-C ended)
     run = getattr(args, "run", None)
     if run is None:
-        parser.print_help()
+        root.print_help()
         return 0
     try:
         with warnings.catch_warnings():  # the printer is this run's: a caller keeps its own
@@ -60,6 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 1
     return status
+
+
+def __getattr__(name: str) -> Any:
+    """``DemoSummary`` and ``run_demo``, imported at their first use (``main`` imports the
+    commands' modules where a Ctrl-C is caught)."""
+    if name in ("DemoSummary", "run_demo"):
+        from . import _demo
+
+        return getattr(_demo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _one_line(

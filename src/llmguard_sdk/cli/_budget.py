@@ -49,10 +49,10 @@ def _run_status(args: argparse.Namespace) -> int:
             for spec, found in zip(specs, backend.status(specs), strict=True)
         ]
     except (redis.RedisError, BudgetUnavailableError) as exc:
-        print(f"llmguard budget: {redis_failed(args, exc)}", file=sys.stderr)
+        print(f"llmguard budget status: {redis_failed(args, exc)}", file=sys.stderr)
         return 1
     except ConfigurationError as exc:  # a counter's time zone this system cannot read
-        print(f"llmguard budget: {exc}", file=sys.stderr)
+        print(f"llmguard budget status: {exc}", file=sys.stderr)
         return 1
     finally:
         store.close()

@@ -187,7 +187,7 @@ def _run_clear(args: argparse.Namespace) -> int:
     try:
         ResponseCache(store, namespace=args.namespace, semantic=False).clear()
     except StoreUnavailableError as exc:
-        print(f"llmguard cache: Redis at {redacted_url(args.store)}: {exc}", file=sys.stderr)
+        print(f"llmguard cache clear: Redis at {redacted_url(args.store)}: {exc}", file=sys.stderr)
         return 1
     finally:
         store.close()

@@ -48,6 +48,10 @@ def _split(text: str) -> tuple[str, dict[str, float]]:
     total = sum(shares.values())
     if not 0 < total < math.inf or any(not 0 <= s < math.inf for s in shares.values()):
         raise argparse.ArgumentTypeError(f"shares must be positive: {text!r}")
+    if not any(math.isclose(total, whole, rel_tol=1e-9) for whole in (100.0, 1.0)):
+        raise argparse.ArgumentTypeError(  # (it was rescaled: 70,20 priced as 78 % / 22 %)
+            f"shares must add up to 100 (percentages) or 1 (fractions), got {total:g}: {text!r}"
+        )
     name = " / ".join(f"{s / total:.0%} {m}" for m, s in shares.items())
     return name, {m: s / total for m, s in shares.items()}
 
@@ -263,6 +267,19 @@ def _within(
             outside[0] += 1
 
 
+def _costs_not_negative(records: Iterable[dict[str, Any]], path: str) -> Iterator[dict[str, Any]]:
+    """``records``, refusing one with a negative ``cost_usd`` (a UsageRecorder never writes
+    one: it took that much off the report's totals)."""
+    for index, record in enumerate(records, 1):
+        cost = record.get("cost_usd")
+        if not isinstance(cost, bool) and isinstance(cost, (int, float)) and cost < 0:
+            raise ConfigurationError(
+                f"{path}: usage record {index} has a negative cost_usd ({cost!r}); a "
+                "UsageRecorder never writes one"
+            )
+        yield record
+
+
 def _stretch(args: argparse.Namespace) -> str:
     """``from ... until ...`` of the dates asked ('' for none)."""
     parts = [f"from {args.since.isoformat()}"] if args.since is not None else []
@@ -277,7 +294,7 @@ def _run_report(args: argparse.Namespace) -> int:
             f"--since is after --until (or the same instant): {since.isoformat()} is not"
             f" before {until.isoformat()}"
         )
-    records: Iterable[dict[str, Any]] = read_usage(args.file)
+    records: Iterable[dict[str, Any]] = _costs_not_negative(read_usage(args.file), args.file)
     outside = [0]
     if since is not None or until is not None:
         records = _within(records, since, until, outside)

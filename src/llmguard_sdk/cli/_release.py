@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace, action: str) -> int:
         stored = backend.exchange(args.key, "", 0, {}, {}).stages
         if args.stages is not None and stored and stored != policy.stages:
             print(
-                f"llmguard release: the canary under {args.key!r} runs the stages "
+                f"llmguard release {action}: the canary under {args.key!r} runs the stages "
                 f"{_shares(stored)} (its Guards'), not --stages {_shares(policy.stages)}",
                 file=sys.stderr,
             )
@@ -59,13 +59,13 @@ def _run(args: argparse.Namespace, action: str) -> int:
             move_by_hand(backend, args.key, policy, action)
         report = status_of(backend, args.key, policy)
     except CanaryNotFoundError as exc:
-        print(f"llmguard release: {exc}; searched {searched(args)}", file=sys.stderr)
+        print(f"llmguard release {action}: {exc}; searched {searched(args)}", file=sys.stderr)
         return 1
     except ReleaseConflictError as exc:
-        print(f"llmguard release: {exc}", file=sys.stderr)
+        print(f"llmguard release {action}: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
-        print(f"llmguard release: {redis_failed(args, exc)}", file=sys.stderr)
+        print(f"llmguard release {action}: {redis_failed(args, exc)}", file=sys.stderr)
         return 1
     finally:
         store.close()

@@ -56,7 +56,9 @@ class ConfigDrillReport:
     (in the outage phases: calls that would have reached the dead primary; background probes
     included). ``failures``: error type counts. ``notes``: a local model still loading when the
     traffic began (each is given up to 120 s first). ``fallback_ok``: every call of the outage
-    phases was answered by a route other than the primary.
+    phases was answered by a route other than the primary, and the primary had calls to
+    fail (``primary_got_traffic``: a backup named as the primary, behind routes that answer
+    every call, gets none: its outage tested nothing).
     """
 
     config: str
@@ -70,9 +72,15 @@ class ConfigDrillReport:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def primary_got_traffic(self) -> bool:
+        """The fault injector in front of the primary received an attempt, in any phase."""
+        return any(self.primary_attempts.values())
+
+    @property
     def fallback_ok(self) -> bool:
-        """Every call started while the primary was down was answered by another route."""
-        return all(
+        """Every call started while the primary was down was answered by another route (and
+        the primary got traffic: else its outage was never met)."""
+        return self.primary_got_traffic and all(
             not any(route in _FAILED or route == self.primary for route in phase["served_by"])
             and phase["calls"] > 0
             for name, phase in self.phases.items()
@@ -105,6 +113,7 @@ class ConfigDrillReport:
             "answered": self.answered,
             "answered_share": round(self.answered / self.requests, 4) if self.requests else 0.0,
             "fallback_ok": self.fallback_ok,
+            "primary_got_traffic": self.primary_got_traffic,
             "phases": self.phases,
             "primary_attempts": self.primary_attempts,
             "breaker_transitions": self.breaker_transitions,
@@ -143,6 +152,11 @@ class ConfigDrillReport:
             if self.fallback_ok
             else "FAILED: calls during the outage failed, were degraded or had no backup"
         )
+        if not self.primary_got_traffic:  # (a backup named: the routes before it answered)
+            verdict = (
+                f"NOT TESTED: the primary route {self.primary!r} got no traffic (the routes "
+                "before it answered every call); name the route calls reach first"
+            )
         lines += ["", f"  fallback path {verdict}"]
         return "\n".join(lines)
 
