@@ -157,7 +157,9 @@ class Breakers:
     next sees them. A route not seen for as long as the backend keeps an idle one
     (:func:`~llmguard_sdk.breaker.memory.forget_after`), which forgets it (closed), is
     reported closed (``open -> closed``, say) as this process forgets it too: by a later
-    call, a few routes a call, or its own (isolated routes are kept until reset).
+    call, a few routes a call, or its own (isolated routes are kept until reset); one found
+    open again (kept open in Redis by other processes' calls) is then reported
+    ``closed -> open``, whichever call forgot it.
     """
 
     def __init__(self, backend: BreakerBackend, hooks: Sequence[BreakerHook] = ()) -> None:
@@ -357,6 +359,9 @@ class Breakers:
         with self._lock:
             changes = self._forget_idle(now)
             last = seen.pop(route, None)
+            if last is not None and self._expired(last, now):  # idle: forgotten here now
+                changes.append(BreakerTransition(route, last[0], "closed"))  # (as a call
+                last = None  # that forgot it first reported it: last_seen said closed)
             before = "closed" if last is None else last[0]  # (as the hooks were last told)
             if state != "closed":  # the default: routes seen closed keep no entry
                 if not seen:
