@@ -22,9 +22,9 @@ from .rawserver import RawServer, http_response
 _HOUR = 3600.0
 
 
-def _answer(expires_at: int) -> bytes:
+def _answer(expires_at: int, content: str | None = "Hi.") -> bytes:
     audio = {"id": "audio_1", "data": "UklGRg==", "expires_at": expires_at, "transcript": "Hi"}
-    message = {"role": "assistant", "content": "Hi.", "audio": audio}
+    message = {"role": "assistant", "content": content, "audio": audio}
     body = {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -48,12 +48,12 @@ def cache(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator
     made.close()
 
 
-def _served(cache: ResponseCache, expires_at: int) -> list[Any]:
+def _served(cache: ResponseCache, expires_at: int, content: str | None = "Hi.") -> list[Any]:
     """The ``audio`` of two answers to the same call through ``guard.client()``, and
     whether each came from the cache."""
     require_module("openai", "openai is a dev dependency")
     with (
-        RawServer(_answer(expires_at)) as raw,
+        RawServer(_answer(expires_at, content)) as raw,
         Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}, cache=cache) as guard,
     ):
         client = guard.client()
@@ -89,3 +89,21 @@ def test_an_entry_lives_no_longer_than_its_audio_id(cache: ResponseCache) -> Non
     later = cache.entry_for(request, response.model_copy(update={"metadata": {}}))
     assert later is not None
     assert later.fresh_until > expires_at  # (without audio: the ttl)
+
+
+def test_an_audio_answer_without_text_is_cached(cache: ResponseCache) -> None:
+    """gpt-4o-audio's answers come with ``content: null``: the audio is the answer (its
+    transcript in ``audio.transcript``). Taken for a blank answer, it was never cached."""
+    expires_at = int(time.time() + _HOUR / 2)
+    assert _served(cache, expires_at, None) == [(expires_at, None), (expires_at, "exact")]
+    request = ChatRequest.model_validate({"messages": USER})
+    with (
+        RawServer(_answer(expires_at, None)) as raw,
+        Guard(OpenAICompatibleProvider(raw.base_url, model="m"), environ={}) as guard,
+    ):
+        response = guard.chat(USER)
+    entry = cache.entry_for(request, response)
+    assert entry is not None
+    assert (entry.fresh_until, entry.stale_until) == (expires_at, expires_at)  # (the rule)
+    blank = response.model_copy(update={"metadata": {}})  # no audio, no text: blank
+    assert cache.entry_for(request, blank) is None

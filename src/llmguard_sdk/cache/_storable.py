@@ -34,7 +34,8 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
     :mod:`llmguard_sdk.telemetry` (a refusal, a blank answer, or JSON asked for and not
     given: a later call asking again may well get a good answer, and a cached one would be
     served to every paraphrase for the whole ``ttl``), nor an answer whose audio id has
-    already expired (:func:`audio_expiry`)."""
+    already expired (:func:`audio_expiry`). An audio answer without text (``content:
+    null``) is no blank one: the audio is the answer."""
     expiry = audio_expiry(response)
     if expiry is not None and expiry <= time.time():
         return False
@@ -43,7 +44,10 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
         return False
     if response.metadata.get("degraded") or response.metadata.get("cache"):
         return False
-    return not signals_of(request, response, None)
+    signals = signals_of(request, response, None)
+    if signals == ["empty"] and _audio(response) is not None:  # (no text: the audio's)
+        return True
+    return not signals
 
 
 def cached_form(response: ChatResponse) -> dict[str, Any]:
@@ -59,6 +63,13 @@ def cached_form(response: ChatResponse) -> dict[str, Any]:
     )
     metadata = {k: v for k, v in kept.pop("metadata", {}).items() if k not in _THAT_CALL_S}
     return {**kept, "metadata": metadata} if metadata else kept
+
+
+def _audio(response: ChatResponse) -> Mapping[str, Any] | None:
+    """The answer's audio (OpenAI's ``message.audio``: its ``id``, ``data``, ``expires_at``,
+    ``transcript``), ``None`` for an answer without one (or an empty one)."""
+    audio = kept_fields(response.metadata, MESSAGE_FIELDS).get("audio")
+    return audio if isinstance(audio, Mapping) and (audio.get("id") or audio.get("data")) else None
 
 
 def audio_expiry(response: ChatResponse) -> float | None:
