@@ -17,6 +17,7 @@ from llmguard_sdk import (
     CallEvent,
     Guard,
     ProviderUnavailableError,
+    RetryPolicy,
     count_request_tokens,
     count_text_tokens,
 )
@@ -27,6 +28,8 @@ from .test_protect_returned_streams import protected_stream
 
 USAGE: Any = {"include_usage": True}
 MESSAGES: Any = USER
+FAST_TWICE = RetryPolicy(attempts=2, base=0.001, cap=0.002)
+FAST_THRICE = RetryPolicy(attempts=3, base=0.001, cap=0.002)
 
 
 def claude_stream(claude: Any) -> tuple[list[CallEvent], Callable[[], Any]]:
@@ -113,7 +116,7 @@ def test_a_stream_manager_failing_mid_way_or_at_its_request_is_an_error(
     fake: FakeProvider, oai: Any
 ) -> None:
     events: list[CallEvent] = []
-    guard = Guard(hooks=[events.append], environ={})
+    guard = Guard(hooks=[events.append], environ={}, retry=FAST_TWICE)
 
     @guard.protect
     def ask() -> Any:
@@ -125,10 +128,10 @@ def test_a_stream_manager_failing_mid_way_or_at_its_request_is_an_error(
     assert [(e.outcome, e.usage, e.route) for e in events] == [("error", None, None)]
     assert events[0].error is raised.value
 
-    fake.script(Fault(status=500))
+    fake.script(Fault(status=500), Fault(status=500))  # (entered: retried, as a call is)
     with pytest.raises(openai.InternalServerError) as refused, ask():
         pass
-    assert [e.outcome for e in events] == ["error", "error"]
+    assert [(e.outcome, e.attempts) for e in events] == [("error", 1), ("error", 2)]
     assert isinstance(events[1].error, ProviderUnavailableError)
     assert events[1].error.__cause__ is refused.value
 
@@ -231,3 +234,63 @@ def test_a_generator_closed_early_reports_the_usage_its_items_told(claude: Any) 
     usage = events[0].usage
     assert usage is not None
     assert usage.input_tokens == start.input_tokens > 0
+
+
+def test_a_stream_manager_whose_request_fails_as_it_is_entered_is_retried(
+    fake: FakeProvider, oai: Any
+) -> None:
+    """A 429 or a 500 raised by the manager's ``__enter__`` (where its request goes out) was
+    the call's error at once; a plain call failing so is retried. The function is called
+    again for each retry: a manager sends its request once."""
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={}, retry=FAST_THRICE)
+    made: list[Any] = []
+
+    @guard.protect
+    def ask() -> Any:
+        made.append(oai.chat.completions.stream(model="gpt-test", messages=USER))
+        return made[-1]
+
+    fake.script(Fault(status=429), Fault(status=500))
+    with ask() as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content == "Echo: hello there"
+    assert (len(made), fake.stats.requests) == (3, 3)
+    assert [(e.outcome, e.attempts, e.route) for e in events] == [("ok", 3, "protected")]
+    causes = [type(r.cause) for r in events[0].retries]
+    assert causes == [openai.RateLimitError, openai.InternalServerError]
+
+
+@pytest.mark.anyio
+async def test_an_async_stream_manager_whose_request_fails_as_it_is_entered_is_retried(
+    fake: FakeProvider,
+) -> None:
+    events: list[CallEvent] = []
+    guard = Guard(hooks=[events.append], environ={}, retry=FAST_THRICE)
+    oai = openai.AsyncOpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+    claude = anthropic.AsyncAnthropic(base_url=fake.url, api_key="x", max_retries=0)
+
+    @guard.protect
+    async def chat() -> Any:
+        return oai.chat.completions.stream(model="gpt-test", messages=USER)
+
+    @guard.protect
+    def message() -> Any:  # (a plain def returning an async manager)
+        return claude.messages.stream(model="claude-test", max_tokens=50, messages=MESSAGES)
+
+    fake.script(Fault(status=503))
+    async with await chat() as stream:
+        completion = await stream.get_final_completion()
+    fake.script(Fault(status=429), Fault(status=529))
+    async with message() as claude_stream:
+        final = await claude_stream.get_final_message()
+    assert completion.choices[0].message.content == "Echo: hello there"
+    assert final.content[0].type == "text"
+    assert [(e.outcome, e.attempts) for e in events] == [("ok", 2), ("ok", 3)]
+    fake.script(*[Fault(status=500)] * 3)
+    with pytest.raises(openai.InternalServerError):
+        async with await chat():
+            pass
+    assert [(e.outcome, e.attempts) for e in events[2:]] == [("error", 3)]
+    await oai.close()
+    await claude.close()

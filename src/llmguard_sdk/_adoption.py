@@ -94,9 +94,9 @@ class Adoption:
         far: the usage its items told, else its prompt and delivered output counted, an
         estimate). So is the stream entered from a stream manager it returns
         (``client.chat.completions.stream(...)``, ``client.responses.stream(...)``,
-        ``client.messages.stream(...)``; a request failing as it is entered is the call's
-        error; an async one's request and first item bounded by ``timeout`` from the entry).
-        For such a stream
+        ``client.messages.stream(...)``; a request failing as it is entered is retried, the
+        function called again for a new manager; an async one's requests and first item
+        bounded by ``timeout`` from the entry). For such a stream
         ``timeout`` bounds the wait for each item, not the whole stream: the first item within
         ``timeout`` of the call, each later one within ``timeout`` of being asked for (an idle
         bound; the caller's own time between items does not count), an async stream raising

@@ -9,9 +9,11 @@ Entering the wrapper enters the SDK's manager and returns the SDK's own stream (
 ``text_stream``, ``get_final_message()`` / ``get_final_completion()``, ``until_done()``...),
 the raw stream it reads put behind a watch: whatever reads it, the call is reported when it
 ends (``"ok"``), fails (``"error"``), or is closed, left (``__exit__``) or dropped before its
-end (``"cancelled"``). A request that fails as the manager is entered is the call's error; a
-manager never entered sent nothing, and its call is reported cancelled when it is dropped. An
-async manager's request and first item are bounded by the timeout from when it is entered,
+end (``"cancelled"``). A request that fails as the manager is entered is retried as a plain
+call's failure is (the call's retry policy and budget: the function is called again for a new
+manager, entered in its turn); the last failure is the call's error. A manager never entered
+sent nothing, and its call is reported cancelled when it is dropped. An async manager's
+requests (its retries too) and first item are bounded by the timeout from when it is entered,
 each later item as an async stream's.
 
 .. versionadded:: 0.2.0
@@ -20,12 +22,15 @@ each later item as an async stream's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from ._protect_streams import AsyncWatchedStream, End, StreamTally, WatchedStream, stream_kind
+
+if TYPE_CHECKING:
+    from .retry._api import Retrying
 
 __all__ = ["AsyncWatchedManager", "WatchedManager", "manager_kind"]
 
@@ -33,6 +38,9 @@ _SDKS = ("openai", "anthropic")
 
 EndOf = Callable[[object], End]
 """The end of a call made through ``result`` (the raw stream, ``None`` without one)."""
+
+Attempts = Callable[[], "Retrying"]
+"""The retry loop of the call whose manager is entered (its retries noted in its event)."""
 
 
 def manager_kind(result: object) -> str | None:
@@ -61,11 +69,12 @@ class _Manager:
     """What both manager twins share: the SDK's manager, the call's end (until entered) and
     the watched raw stream of the stream entered."""
 
-    __slots__ = ("_end_of", "_manager", "_watched")
+    __slots__ = ("_attempts", "_end_of", "_manager", "_watched")
 
-    def __init__(self, manager: Any, end_of: EndOf) -> None:
+    def __init__(self, manager: Any, end_of: EndOf, attempts: Attempts) -> None:
         self._manager = manager
         self._end_of: EndOf | None = end_of
+        self._attempts = attempts
         self._watched: Any = None
 
     def __getattr__(self, name: str) -> Any:
@@ -99,16 +108,29 @@ class _Manager:
 
 
 class WatchedManager(_Manager):
-    """A protected function's sync stream manager (see the module's notes)."""
+    """A protected function's sync stream manager (see the module's notes); ``remake``
+    calls the function again, for a retry's manager."""
 
-    __slots__ = ()
+    __slots__ = ("_remake",)
+
+    def __init__(
+        self, manager: Any, end_of: EndOf, attempts: Attempts, remake: Callable[[], Any]
+    ) -> None:
+        super().__init__(manager, end_of, attempts)
+        self._remake = remake
 
     def __enter__(self) -> Any:
         end_of = self._entering()
         if end_of is None:
             return self._manager.__enter__()
         try:
-            stream = self._manager.__enter__()
+            manager, stream = self._manager, None
+            for attempt in self._attempts().iterate(recorded=True):  # (told as it was made)
+                with attempt:
+                    if attempt.number > 1:  # a retry: a new manager, a new request
+                        manager = self._remake()
+                    stream = manager.__enter__()
+            self._manager = manager
         except BaseException as exc:
             end_of(None)(StreamTally(), exc)
             raise
@@ -125,12 +147,19 @@ class WatchedManager(_Manager):
 class AsyncWatchedManager(_Manager):
     """A protected function's async stream manager (see the module's notes)."""
 
-    __slots__ = ("_timed_out", "_timeout")
+    __slots__ = ("_remake", "_timed_out", "_timeout")
 
     def __init__(
-        self, manager: Any, end_of: EndOf, timeout: float, timed_out: Callable[[], Exception]
+        self,
+        manager: Any,
+        end_of: EndOf,
+        attempts: Attempts,
+        remake: Callable[[], Awaitable[Any]],
+        timeout: float,
+        timed_out: Callable[[], Exception],
     ) -> None:
-        super().__init__(manager, end_of)
+        super().__init__(manager, end_of, attempts)
+        self._remake = remake
         self._timeout = timeout
         self._timed_out = timed_out
 
@@ -140,10 +169,16 @@ class AsyncWatchedManager(_Manager):
             return await self._manager.__aenter__()
         first = time.monotonic() + self._timeout
         try:
+            manager = self._manager
             with anyio.move_on_after(self._timeout) as scope:
-                stream = await self._manager.__aenter__()
+                async for attempt in self._attempts().aiterate(recorded=True):
+                    with attempt:
+                        if attempt.number > 1:  # a retry: a new manager, a new request
+                            manager = await self._remake()
+                        stream = await manager.__aenter__()
             if scope.cancelled_caught:
                 raise self._timed_out()
+            self._manager = manager
         except BaseException as exc:
             end_of(None)(StreamTally(), exc)
             raise

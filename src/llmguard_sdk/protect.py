@@ -150,10 +150,11 @@ class _Call:
         """Report the generator that ended, with the usage its items told."""
         self.protected.report(self.started, self.retries, self.tally.witness, tally=self.tally)
 
-    def end(self, result: Any) -> Any:
+    def end(self, result: Any, again: Callable[[], Any]) -> Any:
         """Report the call that returned ``result``; a provider SDK's stream (or stream
         manager) is returned watched, and reported when it ends (:mod:`._protect_streams`,
-        :mod:`._protect_managers`)."""
+        :mod:`._protect_managers`). ``again`` calls the function again: a stream manager
+        whose request fails as it is entered is retried with a new one."""
         kind = stream_kind(result)
         protected = self.protected
         if kind == "sync":
@@ -164,9 +165,17 @@ class _Call:
             return AsyncWatchedStream(result, ended, first, protected.timeout, protected.timed_out)
         managed = manager_kind(result)
         if managed == "sync":
-            return WatchedManager(result, self.end_of)
+            return WatchedManager(result, self.end_of, self.attempts, again)
         if managed == "async":
-            return AsyncWatchedManager(result, self.end_of, protected.timeout, protected.timed_out)
+
+            async def remade() -> Any:  # (an async function's manager: awaited)
+                made = again()
+                return await made if inspect.isawaitable(made) else made
+
+            timeout, timed_out = protected.timeout, protected.timed_out
+            return AsyncWatchedManager(
+                result, self.end_of, self.attempts, remade, timeout, timed_out
+            )
         protected.report(self.started, self.retries, result)
         return result
 
@@ -236,7 +245,7 @@ def protect_function(
                     result = function(*args, **kwargs)
         if inspect.isawaitable(result):  # a def returning a coroutine: the awaited call counts
             return _call_async(function, protected, args, kwargs, result, call.started)
-        return call.end(result)
+        return call.end(result, functools.partial(function, *args, **kwargs))
 
     return cast(F, place(wrapper))
 
@@ -260,7 +269,7 @@ async def _call_async(
                     result = await pending
         if scope.cancelled_caught:
             raise protected.timed_out()
-    return call.end(result)
+    return call.end(result, functools.partial(fn, *args, **kwargs))
 
 
 def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:
@@ -274,7 +283,7 @@ def _protect_either(fn: Callable[..., Any], protected: _Protected) -> Any:
             first = fn(*args, **kwargs)
         if inspect.isawaitable(first):
             return _call_async(fn, protected, args, kwargs, first, call.started)
-        return call.end(first)
+        return call.end(first, functools.partial(fn, *args, **kwargs))
 
     return wrapper
 

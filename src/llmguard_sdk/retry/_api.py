@@ -372,8 +372,13 @@ class Retrying:
         return (Attempt(self, number, loop) for number in itertools.count(1))
 
     def __iter__(self) -> Iterator[Attempt]:
+        return self.iterate()
+
+    def iterate(self, *, recorded: bool = False) -> Iterator[Attempt]:
+        """``for attempt in retrying``; ``recorded``: the budget was told of this call
+        already (a protected function's stream manager, retried as it is entered)."""
         attempts, budget = self._attempts(), self.budget
-        if budget is not None:
+        if budget is not None and not recorded:
             budget.record_request(self.budget_key)
         for attempt in attempts:
             yield attempt
