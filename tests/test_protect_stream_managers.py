@@ -21,6 +21,7 @@ from llmguard_sdk import (
     count_request_tokens,
     count_text_tokens,
 )
+from llmguard_sdk.retry.budget import MemoryRetryBudget, RetryBudgetPolicy
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import USER
@@ -294,3 +295,24 @@ async def test_an_async_stream_manager_whose_request_fails_as_it_is_entered_is_r
     assert [(e.outcome, e.attempts) for e in events[2:]] == [("error", 3)]
     await oai.close()
     await claude.close()
+
+
+def test_a_retried_stream_manager_is_one_request_to_the_retry_budget(
+    fake: FakeProvider, oai: Any
+) -> None:
+    """The retries as the manager is entered spend the call's retry budget, the call counted
+    once (as the request it is), not once when the function returned it and again when it was
+    entered: that would have let a fleet's entry failures retry twice as much."""
+    guard = Guard(environ={}, retry=FAST_THRICE, retry_budget=RetryBudgetPolicy(window=86400))
+    budget = guard._stages.retry_budget
+    assert isinstance(budget, MemoryRetryBudget)
+
+    @guard.protect
+    def ask() -> Any:
+        return oai.chat.completions.stream(model="gpt-test", messages=USER)
+
+    fake.script(Fault(status=500))
+    with ask() as stream:
+        stream.get_final_completion()
+    state = budget.state("protected")  # (a day's window: the counts barely decayed)
+    assert (round(state.requests, 3), round(state.retries, 3)) == (1.0, 1.0)
