@@ -451,11 +451,16 @@ class Usage(BaseModel):
     searches the provider ran for the call on its side, billed per search besides the tokens
     (Anthropic's ``usage.server_tool_use.web_search_requests``, the ``web_search_call``
     items of an OpenAI Responses answer, one per answer of OpenAI's chat search models).
+    ``file_search_calls`` counts the file searches (OpenAI's ``file_search_call`` items) and
+    ``code_executions`` the code execution sessions (an OpenAI ``code_interpreter`` container,
+    one per container id its ``code_interpreter_call`` items name; a Claude answer that ran
+    its code execution tool: one) the provider ran, each billed per use besides the tokens.
 
     .. versionchanged:: 0.2.0 ``reasoning_tokens``, ``cache_write_1h_input_tokens``,
        ``cache_write_12h_input_tokens``, ``service_tier``, ``audio_input_tokens``,
        ``audio_output_tokens``, ``accepted_prediction_tokens``,
-       ``rejected_prediction_tokens`` and ``web_search_requests``.
+       ``rejected_prediction_tokens``, ``web_search_requests``, ``file_search_calls`` and
+       ``code_executions``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -474,6 +479,8 @@ class Usage(BaseModel):
     accepted_prediction_tokens: int = Field(default=0, ge=0)
     rejected_prediction_tokens: int = Field(default=0, ge=0)
     web_search_requests: int = Field(default=0, ge=0)
+    file_search_calls: int = Field(default=0, ge=0)
+    code_executions: int = Field(default=0, ge=0)
 
     @property
     def total_tokens(self) -> int:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..budget._tool_fees import TOOLS
 from ..budget._usage import usable_usage
 from ..context import AttemptRecord, CallContext
 from ..errors import ProviderError
@@ -81,6 +82,7 @@ class Assembler:
         self._slots = CallSlots()  # which of them each streamed piece belongs to
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
+        self._so_far: Usage | None = None  # the provider's usage before its end (its tools')
         self.model = ""
         self.id: str | None = None
         self.metadata: dict[str, Any] = dict(carried_metadata or {})  # (folding copies)
@@ -123,6 +125,7 @@ class Assembler:
             merge_tool_call_deltas(self._tool_calls, chunk.tool_calls, self._slots)
         self.finish_reason = chunk.finish_reason or self.finish_reason
         self.usage = usable_usage(chunk.usage) or self.usage  # (a provider object's: bounded)
+        self._so_far = chunk._usage_so_far or self._so_far
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
         if chunk.metadata:
@@ -169,15 +172,20 @@ class Assembler:
         """What the attempt used, for settling its rate-limit reservation and pricing it: the
         provider's usage, else the SDK's count of what this route delivered (carried text
         aside), its text, reasoning and tool calls' arguments (:func:`_output`) as
-        ``model`` counts them; None after a failure before any content
-        (everything goes back). A stream closed before its first content keeps its input
-        tokens: the prompt was sent."""
+        ``model`` counts them, and the server-side tool uses its stream showed (Claude's
+        ``server_tool_use`` blocks before ``message_delta``: billed once run); None after a
+        failure before any content (everything goes back). A stream closed before its first
+        content keeps its input tokens: the prompt was sent."""
         if self.usage is not None:
             return self.usage
         if not (self.delivered or error is None):
             return None
         output = self.counted(model)
-        return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
+        used = Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
+        shown = self._so_far
+        if shown is None:
+            return used
+        return used.model_copy(update={tool.uses: getattr(shown, tool.uses) for tool in TOOLS})
 
     def counted(self, model: str | None) -> int:
         """The output tokens of what this route delivered (carried text aside), as ``model``

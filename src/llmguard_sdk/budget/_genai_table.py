@@ -75,9 +75,11 @@ FIELDS = (
     "output_audio_mtok",
     "requests_kcount",
     "web_searches_kcount",
+    "storage_searches_kcount",
+    "code_executions_kcount",
 )
 """The prices read, in the order of each price's rates: per million tokens, and the fees per
-thousand requests and per thousand web searches."""
+thousand requests, web searches, file searches and code executions."""
 
 _DATE = re.compile(r"(?:verified|as of|checked)[a-z ]* (20\d\d-\d\d-\d\d)")
 _COMPACT_DATE = re.compile(r"(-)(20\d{2})(0[1-9]|1[0-2])(0[1-9]|[12]\d|3[01])(?=-|:|$)")

@@ -18,7 +18,7 @@ from ..errors import ConfigurationError
 from ..models import Usage
 from ..telemetry._repeats import log_repeated
 from ._source import TIERS
-from ._tool_fees import WEB_SEARCH
+from ._tool_fees import TOOLS
 
 __all__ = ["Cost", "Price"]
 
@@ -33,7 +33,7 @@ _NO_AUDIO = (
     "llmguard prices: %d %s audio tokens were priced at the text rate: the model's price has "
     "no %s rate (PriceTable.with_prices sets it)"
 )
-_FEES = ("per_request", "web_search")  # USD per request, per web search
+_FEES = ("per_request", *(tool.fee for tool in TOOLS))  # USD per request, per tool use
 _RATES = (
     "input",
     "output",
@@ -71,10 +71,14 @@ class Price:
     Anthropic's and OpenAI's $10 per thousand, genai-prices' ``web_searches_kcount``; default
     ``None``: the fee of :mod:`._tool_fees`, never $0, and ``PriceTable.with_prices`` keeps
     the fee of the model's price below); a batch discount leaves it whole too.
+    ``file_search`` (USD per file search, ``Usage.file_search_calls``; OpenAI's $2.50 per
+    thousand, genai-prices' ``storage_searches_kcount``) and ``code_execution`` (USD per code
+    execution session, ``Usage.code_executions``; OpenAI's $0.03 per Code Interpreter
+    container, Claude's 5-minute minimum at $0.05 per container-hour) are alike.
 
     .. versionchanged:: 0.2.0 ``cache_write_1h``, ``cache_write_12h``, ``reasoning``,
-       ``tier``, ``long_context``, ``input_audio``, ``output_audio``, ``per_request`` and
-       ``web_search``.
+       ``tier``, ``long_context``, ``input_audio``, ``output_audio``, ``per_request``,
+       ``web_search``, ``file_search`` and ``code_execution``.
     """
 
     input: float
@@ -93,6 +97,8 @@ class Price:
     output_audio: float | None = None
     per_request: float | None = None
     web_search: float | None = None
+    file_search: float | None = None
+    code_execution: float | None = None
 
     def __post_init__(self) -> None:
         for name in (*_RATES, *_FEES):
@@ -141,21 +147,30 @@ class Price:
         object.__setattr__(self, "_input_max", max(self.input, rates[1], rates[2], rates[4]))
         object.__setattr__(self, "_output_max", max(self.output, rates[3]))
         object.__setattr__(self, "_fee", self.per_request or 0.0)
-        search = WEB_SEARCH if self.web_search is None else self.web_search
-        object.__setattr__(self, "_search", search)
+        tools = tuple(
+            tool.default if getattr(self, tool.fee) is None else getattr(self, tool.fee)
+            for tool in TOOLS
+        )
+        object.__setattr__(self, "_tools", tools)
 
     # cached, write, write_1h, reasoning, write_12h, input audio, output audio
     _rates: ClassVar[tuple[float, float, float, float, float, float, float]]
     _input_max: ClassVar[float]
     _output_max: ClassVar[float]
     _fee: ClassVar[float]  # per_request, 0.0 for none
-    _search: ClassVar[float]  # web_search, WEB_SEARCH for none
+    _tools: ClassVar[tuple[float, ...]]  # per _tool_fees.TOOLS: its fee, else its default
 
     @property
     def search_fee(self) -> float:
         """USD per web search the provider runs for a call (``web_search``, else the
         default fee of :mod:`._tool_fees`)."""
-        return self._search
+        return self._tools[0]
+
+    @property
+    def tool_fees(self) -> tuple[float, ...]:
+        """USD per use of each server-side tool of :data:`._tool_fees.TOOLS` (web search,
+        file search, code execution): its fee, else the tool's default."""
+        return self._tools
 
     @property
     def cached_rate(self) -> float:
@@ -209,7 +224,8 @@ class Price:
         """The USD cost of ``usage`` (one request) at this price: cached reads, cache writes
         by retention (5 or 30 minutes, 1 hour, 12 hours), reasoning output and audio input and
         output at their own rates, the long-context tier of its input, the per-request
-        fee and the fee of each web search. Audio input is counted among
+        fee and the fee of each use of a server-side tool (web and file searches, code
+        execution sessions). Audio input is counted among
         the input read neither from nor into the cache (where a provider cached audio, its
         cached tokens pay the cached rate and the rest of the audio its audio rate)."""
         price = self.for_input(usage.input_tokens)
@@ -227,8 +243,10 @@ class Price:
         if heard or spoken:
             price._audio_unpriced(heard, spoken)
         fee = price._fee
-        if usage.web_search_requests:  # (a call without server tools adds nothing)
-            fee += usage.web_search_requests * price._search
+        for tool, per_use in zip(TOOLS, price._tools, strict=True):
+            uses = getattr(usage, tool.uses)
+            if uses:  # (a call without server tools adds nothing)
+                fee += uses * per_use
         return (
             fee
             + (
@@ -280,12 +298,12 @@ class Price:
 
 
 def _with_fee(price: Price, name: str, fee: float) -> Price:
-    """``price`` with the fee ``name`` (``per_request``, ``web_search``) where it has none."""
+    """``price`` with the fee ``name`` (``per_request``, ``web_search`` ...) where it has
+    none."""
     if getattr(price, name) is not None:
         return price
-    if name == "web_search":
-        return dataclasses.replace(price, web_search=fee)
-    return dataclasses.replace(price, per_request=fee)
+    fees: dict[str, Any] = {name: fee}
+    return dataclasses.replace(price, **fees)
 
 
 @dataclass(frozen=True)

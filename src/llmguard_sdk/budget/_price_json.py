@@ -3,7 +3,8 @@ read into a :class:`~llmguard_sdk.budget.prices.PriceTable`.
 
 A table is an object with a ``prices`` list (``schema`` 1, optional ``version`` and
 ``default``); a row names its ``model`` (and ``provider``), its rates (``per_request``: a
-fee per request, USD; ``web_search``: a fee per web search, USD), and optionally its
+fee per request, USD; ``web_search``, ``file_search``, ``code_execution``: a fee per use of
+the tool, USD), and optionally its
 ``effective_from``, ``tier``, ``deprecated_on``, ``retires_on`` and ``long_context`` steps
 (``{"above": tokens, ...rates}``). A malformed table or row is a
 :class:`~llmguard_sdk.errors.ConfigurationError`.
@@ -76,4 +77,6 @@ def _row_price(row: Mapping[str, Any]) -> Price:
         output_audio=row.get("output_audio"),
         per_request=row.get("per_request"),
         web_search=row.get("web_search"),
+        file_search=row.get("file_search"),
+        code_execution=row.get("code_execution"),
     )

@@ -17,7 +17,6 @@ times of day where a window opens or closes, for the table's cache.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import time
 from collections.abc import Iterator, Mapping
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _genai_table
 from ._genai_table import CONTEXT, FIELDS
-from ._tool_fees import model_search_fee
+from ._tool_fees import TOOLS, with_model_fees
 
 if TYPE_CHECKING:
     from ._price import Price
@@ -46,6 +45,8 @@ _NAMES = {
     "output_audio_mtok": "output_audio",
     "requests_kcount": "per_request",
     "web_searches_kcount": "web_search",
+    "storage_searches_kcount": "file_search",
+    "code_executions_kcount": "code_execution",
 }
 """The :class:`~llmguard_sdk.budget.Price` field of each of genai-prices' rates read."""
 assert tuple(_NAMES) == FIELDS
@@ -87,8 +88,7 @@ class GenaiSource:
         price = _to_price(fields, tier)
         # a chat search model's fee is its own (genai-prices lists gpt-4o-mini-search-preview
         # under gpt-4o-mini, at the web search tool's fee)
-        fee = model_search_fee(model)
-        return price if price is None or fee is None else dataclasses.replace(price, web_search=fee)
+        return price if price is None else with_model_fees(price, model, genai=True)
 
     def owner(self, model: str, provider: str | None) -> str | None:
         """The id of the provider whose data :meth:`find` prices ``model`` from
@@ -218,7 +218,7 @@ def _to_price(fields: Mapping[str, Any], tier: str | None) -> Price | None:
 
     def at(above: int | None) -> Price:
         rates: dict[str, Any] = {_NAMES[k]: _rate(value, above) for k, value in fields.items()}
-        for fee in ("per_request", "web_search"):  # (per thousand requests, searches)
+        for fee in ("per_request", *(tool.fee for tool in TOOLS)):  # (per thousand)
             if fee in rates:
                 rates[fee] /= 1000.0
         return Price(**rates, tier=tier)

@@ -201,6 +201,8 @@ def usable_usage(usage: Usage | None) -> Usage | None:
         "accepted_prediction_tokens": usage.accepted_prediction_tokens,
         "rejected_prediction_tokens": usage.rejected_prediction_tokens,
         "web_search_requests": usage.web_search_requests,
+        "file_search_calls": usage.file_search_calls,
+        "code_executions": usage.code_executions,
     }
     if max(counts.values()) <= MOST_TOKENS:  # (every call's: named only when one is not)
         return usage

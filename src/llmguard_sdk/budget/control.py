@@ -39,7 +39,7 @@ from ._media import request_media
 from ._reserve import Held
 from ._retention import attributed
 from ._routes import asked_tier, route_tier, started_at, takes_completion_limit
-from ._tool_fees import allowed_searches, held_searches
+from ._tool_fees import allowed_uses, held_fees, held_uses, request_fees, with_request_fees
 from ._topup import top_up_steps
 from .memory import BudgetBackend, MemoryBudgetBackend
 from .policy import NANO, BudgetEvent, CounterSpec, RunawayDetector, SettleResult, for_log, nano
@@ -183,16 +183,17 @@ class SpendControl:
         twice the dearest. Prices are those in
         force when the call started (time-of-day prices: DeepSeek's peak hours), the moment
         :meth:`cost` prices the call at too, so a call that runs past a window's edge is held
-        and charged at one price. A call that lets the provider search the web holds the fee
-        of the searches it allows (:func:`._tool_fees.allowed_searches`) at each route's
-        model's fee per search."""
+        and charged at one price. A call that lets the provider run its server-side tools (web
+        and file search, code execution) holds the fee of the uses it allows
+        (:func:`._tool_fees.allowed_uses`) at each route's model's fee per use, or the dearer
+        one its tools set (:func:`._tool_fees.request_fees`)."""
         counted = ctx.input_tokens().tokens if input_tokens is None else input_tokens
         priced = counted * (1.0 + self.config.input_margin)
         media = request_media(ctx.request)  # its images and audio: per model, below
         prompts, per = [0], 0.0
         asked = asked_tier(ctx)
         table, local, at = self.prices, self.local, started_at(ctx)
-        searches = allowed_searches(ctx.request)  # (0, from two reads, for most calls)
+        uses = allowed_uses(ctx.request)  # (none, from two reads, for most calls)
         for route in routes:
             name = route.name
             if name in local:
@@ -206,9 +207,10 @@ class SpendControl:
                 prices.append(table.price(model, provider=name, at=at))
             images, heard = media.tokens(model)
             inputs = priced + images + heard
-            fees = 0.0  # the web searches it may run (a chat search model: one, at least)
-            if searches or "search" in model:
-                fees = held_searches(searches, model) * max(p.search_fee for p in prices)
+            fees = 0.0  # the tool uses it may run (a chat search model: a search, at least)
+            if uses or "search" in model:
+                held, dearer = held_uses(uses, model), request_fees(ctx.request, model)
+                fees = max(held_fees(held, p, dearer) for p in prices)
             prompts.append(max(nano(price.worst_case(inputs, 0, heard) + fees) for price in prices))
             for price in prices:
                 paid = price.for_input(inputs)  # (its long-context tier)
@@ -254,7 +256,9 @@ class SpendControl:
             usage = request_media(ctx.request).counted_in(usage, model)
         usage = attributed(usage, ctx.request)  # (by the retention asked)
         price = self._price(ctx, name, model, response.model, usage.service_tier)
-        return None if price is None else Cost(price.cost(usage), "estimated")
+        if price is None:
+            return None
+        return Cost(with_request_fees(price, ctx.request, model).cost(usage), "estimated")
 
     def _price(
         self,

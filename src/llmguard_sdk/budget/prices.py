@@ -22,6 +22,7 @@ long-context tier::
            + reasoning * reasoning
            + per_request   (a fee per request, USD: Perplexity's Sonar models)
            + web_searches * web_search   (a fee per web search the provider ran, USD)
+           + file_searches * file_search + code_executions * code_execution   (alike)
 
 A cost the provider reported (``ChatResponse.cost_usd`` with ``cost_source="reported"``) wins
 over the table; a cost from the table is always ``"estimated"``.
@@ -32,7 +33,6 @@ over the table; a cost from the table is always ``"estimated"``.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import datetime as dt
 import functools
 import json
@@ -46,7 +46,7 @@ from ..models import ChatResponse, Usage
 from ._price import Cost, Price
 from ._price_layers import PriceLayers
 from ._source import GenaiSource, instant, moment, normal_tier
-from ._tool_fees import model_search_fee
+from ._tool_fees import with_model_fees
 
 __all__ = [
     "Cost",
@@ -236,9 +236,8 @@ class PriceTable(PriceLayers):
         found = self._find(
             model.lower(), provider.lower() if provider else None, instant(day, micros), wanted
         )
-        if found is not None and found.web_search is None:  # a chat search model's own fee
-            fee = model_search_fee(model)
-            found = found if fee is None else dataclasses.replace(found, web_search=fee)
+        if found is not None:  # our own fees where it has none (a chat search model's)
+            found = with_model_fees(found, model)
         if self._windows is None:  # the lookup may have read the source's windows
             key = (provider, model, day, bisect.bisect_right(self._read_windows(), micros), tier)
         if len(self._cache) >= 4096:

@@ -43,7 +43,7 @@ here as pure functions:
   they lack, ``pause_turn``, is the finish reason as Claude sent it, never ``stop``) and kept
   as it is in the response's ``metadata["stop_reason"]``, and usage with
   ``cache_read_input_tokens`` and ``cache_creation_input_tokens`` (``Usage.input_tokens``
-  counts them too).
+  counts them too) and the server tools' uses (:mod:`._server_tools`).
 * streams: the ``message_start`` / ``content_block_*`` / ``message_delta`` / ``message_stop``
   events; an ``error`` event is the provider error its type's HTTP status is
   (``overloaded_error``: a 529, ``timeout_error``: a 504 ...; after the first text a
@@ -62,7 +62,7 @@ from typing import Any
 from .._http_library import Library
 from .._keys import check_api_key
 from ..errors import MalformedResponseError
-from ..models import ChatRequest, ChatResponse, Message, StreamChunk
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk, Usage
 from ..prompts.adapters import (
     CACHE_HISTORY_KEY,
     MOST_BREAKPOINTS,
@@ -75,6 +75,7 @@ from ._anthropic_sampling import RefusedSampling, SamplingRetries
 from ._anthropic_tools import claude_tool, claude_tool_choice
 from ._error_kinds import error_answer
 from ._route_options import check_count, shown
+from ._server_tools import claude_tool_uses, with_tool_uses
 from .wire import (
     AnswerShape,
     StreamState,
@@ -388,7 +389,7 @@ def parse_anthropic_message(
     metadata = _stop_metadata(data.get("stop_reason"))
     if thinking:
         metadata["thinking"] = thinking
-    return answer_response(
+    answer = answer_response(
         data,
         text=text,
         finish_reason=_finish(data.get("stop_reason")),
@@ -398,6 +399,8 @@ def parse_anthropic_message(
         problem=problem,
         metadata=metadata,
     )
+    usage = with_tool_uses(answer.usage, claude_tool_uses(blocks))  # (code it ran)
+    return answer if usage is answer.usage else answer.model_copy(update={"usage": usage})
 
 
 def _tool_call(
@@ -439,6 +442,7 @@ class AnthropicStreamState(StreamState):
         self.tools: dict[int, int] = {}  # content block index -> tool call index
         self.with_input: set[int] = set()  # tool blocks whose input came in deltas
         self.thinking: dict[int, dict[str, Any]] = {}  # content block index -> thinking so far
+        self.server_tools: list[dict[str, Any]] = []  # server_tool_use blocks begun
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
@@ -469,11 +473,7 @@ class AnthropicStreamState(StreamState):
             block = event.get("content_block")
             if not isinstance(block, dict) or index is None:
                 raise self.failure(MalformedResponseError, "content_block_start is malformed")
-            if block.get("type") == "tool_use":
-                self.tools[index] = len(self.tools)
-                return self._make(tool_calls=[_tool_call(block, self.tools[index], "")])
-            text = block.get("text")
-            return self._make(text=text) if _is_str(text) and text else None
+            return self._block_start(block, index)
         if kind == "content_block_delta":
             delta = event.get("delta")
             if not isinstance(delta, dict):
@@ -495,7 +495,8 @@ class AnthropicStreamState(StreamState):
             self._add_usage(event.get("usage"))
             raw = delta.get("stop_reason") if isinstance(delta, dict) else None
             self.finished = True
-            usage, _cost = usage_from_payload(self.usage)
+            seen = claude_tool_uses(self.server_tools)  # (a code execution's session)
+            usage = with_tool_uses(usage_from_payload(self.usage)[0], seen)
             return self._make(
                 finish=_finish(raw) or "stop", usage=usage, metadata=_stop_metadata(raw)
             )
@@ -519,6 +520,21 @@ class AnthropicStreamState(StreamState):
         chunk = self._make()
         chunk._usage_so_far = usage_from_payload(self.usage)[0] if self.usage else None
         return chunk
+
+    def _block_start(self, block: dict[str, Any], index: int) -> StreamChunk | None:
+        """A content block's start; after a ``server_tool_use`` block (billed once begun), a
+        chunk with the usage so far and the uses shown (a cut stream's, :mod:`._server_tools`)."""
+        if block.get("type") == "tool_use":
+            self.tools[index] = len(self.tools)
+            return self._make(tool_calls=[_tool_call(block, self.tools[index], "")])
+        if block.get("type") == "server_tool_use":
+            self.server_tools.append({"type": "server_tool_use", "name": block.get("name")})
+            chunk = self._make()
+            so_far = usage_from_payload(self.usage)[0] if self.usage else Usage()
+            chunk._usage_so_far = with_tool_uses(so_far, claude_tool_uses(self.server_tools))
+            return chunk
+        text = block.get("text")
+        return self._make(text=text) if _is_str(text) and text else None
 
     def _of_thinking(self, event: Mapping[str, Any], index: int | None) -> bool:
         """Whether ``event`` is one of a thinking block's (its start, deltas, stop)."""

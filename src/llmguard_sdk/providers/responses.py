@@ -54,7 +54,7 @@ from ..errors import (
     MalformedResponseError,
     UnsupportedRequestError,
 )
-from ..models import ChatRequest, ChatResponse, Message, StreamChunk, Usage
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
 from ._responses_params import (
@@ -67,6 +67,7 @@ from ._responses_params import (
     translate,
 )
 from ._responses_reasoning import StreamedItems, keep_reasoning
+from ._server_tools import openai_tool_uses, with_tool_uses
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -382,7 +383,7 @@ def parse_response(
         raise problem("response has no output list")
     text, calls, metadata = _output(data)
     usage, cost = usage_from_payload(data.get("usage"), service_tier=data.get("service_tier"))
-    usage = with_searches(usage, data["output"])
+    usage = with_tool_uses(usage, openai_tool_uses(data["output"]))
     try:
         return ChatResponse(
             text=text,
@@ -401,23 +402,12 @@ def parse_response(
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
 
 
-def with_searches(usage: Usage | None, output: object, streamed: int = 0) -> Usage | None:
-    """``usage`` counting the web searches of an answer: its ``output``'s
-    ``web_search_call`` items (OpenAI's web search tool, billed per call), or the ones a
-    stream gave (``streamed``) where more; ``usage`` itself for an answer without any (no
-    copy)."""
-    searches = 0
-    for item in output if isinstance(output, list) else ():
-        if _is_search(item):
-            searches += 1
-    searches = max(searches, streamed)
-    if usage is None or not searches:
-        return usage
-    return usage.model_copy(update={"web_search_requests": searches})
-
-
-def _is_search(item: object) -> bool:
-    return isinstance(item, dict) and item.get("type") == "web_search_call"
+def _is_tool_use(item: object) -> bool:
+    return isinstance(item, dict) and item.get("type") in (
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+    )
 
 
 def _event_error(event: dict[str, Any]) -> dict[str, Any]:
@@ -438,7 +428,7 @@ class ResponsesStreamState(AnthropicStreamState):
         self.calls: dict[int, int] = {}  # output index -> tool call index
         self.reasoning_part: tuple[object, ...] | None = None  # the last reasoning delta's
         self.reasoning_items = StreamedItems()
-        self.searches = 0  # web_search_call items done
+        self.tool_items: list[object] = []  # server-side tool call items done
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
@@ -463,8 +453,8 @@ class ResponsesStreamState(AnthropicStreamState):
             item = self.reasoning_items.item(event.get("item"), done=kind.endswith("done"))
             if item is not None:  # (the route's own, given out as it came)
                 return self._make(metadata={"reasoning_items": [item]})
-            if kind.endswith("done") and _is_search(event.get("item")):
-                self.searches += 1
+            if kind.endswith("done") and _is_tool_use(event.get("item")):
+                self.tool_items.append(event.get("item"))
         if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
             return self._call(kind, event)
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
@@ -477,7 +467,8 @@ class ResponsesStreamState(AnthropicStreamState):
             usage, _cost = usage_from_payload(
                 response.get("usage"), service_tier=response.get("service_tier")
             )
-            usage = with_searches(usage, response.get("output"), self.searches)
+            seen = openai_tool_uses(response.get("output")), openai_tool_uses(self.tool_items)
+            usage = with_tool_uses(usage, *seen)
             return self._make(finish=finish, usage=usage)
         return None  # in_progress, content parts, the *.done events
 

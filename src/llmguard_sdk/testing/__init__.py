@@ -77,8 +77,12 @@ requires a tool answers a ``function_call`` (see ``_responses``'s notes). On eve
 forced tool call carries placeholder arguments that the tool's JSON schema takes (see
 ``_tool_args``'s notes). Web search tools are answered as if searched: a Messages request with
 Claude's (``{"type": "web_search_20250305", ...}``) reports its ``max_uses`` searches (one
-without) in ``usage.server_tool_use.web_search_requests`` (a stream in ``message_delta``), a
-Responses request gives a completed ``web_search_call`` item per ``web_search`` tool.
+without) in ``usage.server_tool_use.web_search_requests`` (a stream in ``message_delta``), each
+search's ``server_tool_use`` and ``web_search_tool_result`` blocks before its text (a stream
+cut by ``cut_stream_after`` too), and a ``code_execution`` tool one ``server_tool_use`` block
+of ``code_execution`` and its result; a Responses request gives a completed
+``web_search_call`` item per ``web_search`` tool, a ``file_search_call`` per ``file_search``
+tool and a ``code_interpreter_call`` per ``code_interpreter`` tool.
 
 It also runs OpenAI's Batch API (``/v1/files``, ``/v1/batches``) and Anthropic's Message
 Batches (``/v1/messages/batches``), answered as the endpoints answer. Constructor arguments

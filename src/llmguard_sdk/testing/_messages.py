@@ -96,9 +96,9 @@ class _MessagesHandler(_BaseHandler):
         }
         if stream:
             answer = (pieces, finish, call)
-            self._messages_stream(message, usage, answer, headers, fault, len(tokens))
+            self._messages_stream(message, usage, answer, headers, fault, (len(tokens), body))
             return
-        message["content"] = [{"type": "text", "text": "".join(pieces)}]
+        message["content"] = [*_server_blocks(body, n), {"type": "text", "text": "".join(pieces)}]
         if call is not None:
             message["content"] = [call.tool_use()]
         message["stop_reason"] = _STOP_REASONS[finish]
@@ -119,13 +119,15 @@ class _MessagesHandler(_BaseHandler):
         answer: tuple[list[str], str, _Call | None],
         headers: list[tuple[str, str]],
         fault: Fault | None,
-        input_tokens: int,
+        asked: tuple[int, dict[str, Any]],
     ) -> None:
         """Send a normal answer (its text pieces, finish reason and the tool it calls, if
-        any) as Anthropic's stream of events; a tool call's input as ``input_json_delta``s
-        (an empty one, then its fragments)."""
+        any) as Anthropic's stream of events, after the blocks of the server tools it ran
+        (:func:`_server_blocks`); a tool call's input as ``input_json_delta``s (an empty one,
+        then its fragments). ``asked``: the request's input tokens, and its body."""
         provider = self._srv.provider
         pieces, finish, call = answer
+        input_tokens, body = asked
         if usage is not None:  # (no searches yet: message_delta gives the call's count)
             message["usage"] = {**usage, "output_tokens": 0}
             if "server_tool_use" in usage:
@@ -133,8 +135,9 @@ class _MessagesHandler(_BaseHandler):
         provider._note_status(200)
         self._start_stream(headers)
         self._event(_sse("message_start", {"message": message}))
+        at = 0 if call is not None else self._server_events(body, message["id"])
         block = _TEXT_BLOCK if call is None else {**call.tool_use(), "input": {}}
-        self._event(_sse("content_block_start", {"index": 0, "content_block": block}))
+        self._event(_sse("content_block_start", {"index": at, "content_block": block}))
         self._event(_sse("ping", {}))
         deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
         if call is not None:
@@ -145,8 +148,8 @@ class _MessagesHandler(_BaseHandler):
             delay = (fault.first_token_delay if i == 0 else fault.inter_token_delay) if fault else 0
             if not self._pause(delay):
                 return
-            self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
-        self._event(_sse("content_block_stop", {"index": 0}))
+            self._event(_sse("content_block_delta", {"index": at, "delta": delta}))
+        self._event(_sse("content_block_stop", {"index": at}))
         end: dict[str, Any] = {
             "delta": {"stop_reason": _STOP_REASONS[finish], "stop_sequence": None}
         }
@@ -163,6 +166,24 @@ class _MessagesHandler(_BaseHandler):
             raise
         if not self._chunked:
             self.close_connection = True
+
+    def _server_events(self, body: dict[str, Any], message_id: str) -> int:
+        """Stream the blocks of the server tools the fake runs for ``body``
+        (:func:`_server_blocks`): each a ``content_block_start`` (a ``server_tool_use``'s
+        input as one ``input_json_delta``) and ``content_block_stop``; the index of the
+        block after them."""
+        blocks = _server_blocks(body, message_id)
+        for at, block in enumerate(blocks):
+            start = {**block, "input": {}} if block["type"] == "server_tool_use" else block
+            self._event(_sse("content_block_start", {"index": at, "content_block": start}))
+            if block["type"] == "server_tool_use":
+                delta = {
+                    "type": "input_json_delta",
+                    "partial_json": _dumps(block["input"]).decode(),
+                }
+                self._event(_sse("content_block_delta", {"index": at, "delta": delta}))
+            self._event(_sse("content_block_stop", {"index": at}))
+        return len(blocks)
 
     def _messages_stream_error(
         self, body: dict[str, Any], fault: Fault, n: int, headers: list[tuple[str, str]]
@@ -236,12 +257,13 @@ class _MessagesHandler(_BaseHandler):
         if stream:
             self._start_stream(headers)
             self._event(_sse("message_start", {"message": {**start, "content": []}}))
-            self._event(_sse("content_block_start", {"index": 0, "content_block": _TEXT_BLOCK}))
+            at = self._server_events(body, start["id"])  # (run before it is cut)
+            self._event(_sse("content_block_start", {"index": at, "content_block": _TEXT_BLOCK}))
             for i, piece in enumerate(pieces[: fault.cut_stream_after or 0]):
                 if not self._pause(fault.first_token_delay if i == 0 else fault.inter_token_delay):
                     return
                 delta = {"type": "text_delta", "text": piece}
-                self._event(_sse("content_block_delta", {"index": 0, "delta": delta}))
+                self._event(_sse("content_block_delta", {"index": at, "delta": delta}))
             self._event(b'event: content_block_delta\ndata: {"type":"content_bl')
         else:
             whole = _dumps({**start, "content": [{"type": "text", "text": reply}]})
@@ -266,6 +288,29 @@ def _usage(
     if searches is not None:  # (Claude's usage names its server tools' uses)
         usage["server_tool_use"] = {"web_search_requests": searches}
     return usage
+
+
+def _server_blocks(body: dict[str, Any], n: int | str) -> list[dict[str, Any]]:
+    """The content blocks of the server tools the fake runs for a request, as Claude gives
+    them before its text: a ``server_tool_use`` block and its ``web_search_tool_result`` for
+    each search of its web search tool (:func:`_web_searches`), and one ``code_execution``
+    block and its ``code_execution_tool_result`` for a code execution tool
+    (``{"type": "code_execution_20250825", "name": "code_execution"}``)."""
+    runs = [("web_search", {"query": "fake search"})] * (_web_searches(body) or 0)
+    for tool in body.get("tools") or ():
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("code_execution_"):
+            runs.append(("code_execution", {"code": "print(1)"}))
+            break
+    blocks: list[dict[str, Any]] = []
+    for place, (name, given) in enumerate(runs):
+        use_id = f"srvtoolu_fake_{n}_{place}"
+        blocks.append({"type": "server_tool_use", "id": use_id, "name": name, "input": given})
+        result: Any = []  # (a search's results: none)
+        if name == "code_execution":
+            result = {"type": "code_execution_result", "stdout": "1\n", "stderr": ""}
+            result |= {"return_code": 0, "content": []}
+        blocks.append({"type": f"{name}_tool_result", "tool_use_id": use_id, "content": result})
+    return blocks
 
 
 def _web_searches(body: dict[str, Any]) -> int | None:

@@ -12,10 +12,12 @@ response echoes the request's parameters, as OpenAI's does. A request with ``rea
 also spends reasoning tokens (2 for ``low``, 4 for ``medium``, 8 for ``high``) reported in
 ``output_tokens_details``. A request with a ``web_search`` (or ``web_search_preview``) tool is
 answered after one completed ``web_search_call`` output item per such tool (OpenAI bills each
-call; the usage does not count them). With tools and a ``tool_choice`` of ``"required"`` or one
-named function, the answer is a ``function_call`` of that tool (the first one for
-``"required"``) with arguments its schema takes (see ``_tool_args``). ``input_file`` parts are
-read (they count no tokens). Faults: delays apply as usual; a failing fault answers its status
+call; the usage does not count them), a ``file_search`` tool after a ``file_search_call``, a
+``code_interpreter`` tool after a ``code_interpreter_call`` in a container. With tools and a
+``tool_choice`` of ``"required"`` or one named function, the answer is a ``function_call`` of
+that tool (the first one for ``"required"``) with arguments its schema takes (see
+``_tool_args``). ``input_file`` parts are read (they count no tokens). Faults: delays apply as
+usual; a failing fault answers its status
 with OpenAI's error body, after its latency; hangs, resets, wrong content types, malformed JSON
 (streamed: in the ``response.created`` event), missing fields (a response with no ``output``)
 and cuts (``cut_stream_after``: that many text deltas, then half an event, or half a plain
@@ -251,7 +253,7 @@ class _ResponsesHandler(_BaseHandler):
         broken = fault is not None and not fault.is_delay_only  # (a cut, an error in the stream)
         if not broken:
             provider._note_success(len(tokens), usage.output_tokens)
-        searched = _web_searches(body, n)
+        searched = _tool_items(body, n)
         self._write_answer(body.get("stream") is True, writer, chunks, headers, fault, searched)
 
     def _write_answer(
@@ -307,17 +309,28 @@ class _ResponsesHandler(_BaseHandler):
             self.close_connection = True
 
 
-def _web_searches(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """One completed ``web_search_call`` item per web search tool of the request, as OpenAI
-    gives them."""
+def _tool_items(body: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """One completed output item per server-side tool of the request, as OpenAI gives them:
+    a ``web_search_call`` per web search tool, a ``file_search_call`` per ``file_search``
+    tool, a ``code_interpreter_call`` per ``code_interpreter`` tool (in its ``container``
+    where that is an id, else in a new one of its own)."""
     tools = body.get("tools")
-    return [
-        {
-            "type": "web_search_call",
-            "id": f"ws_fake_{n}_{place}",
-            "status": "completed",
-            "action": {"type": "search", "query": "fake search"},
-        }
-        for place, tool in enumerate(tools if isinstance(tools, list) else ())
-        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("web_search")
-    ]
+    items: list[dict[str, Any]] = []
+    for place, tool in enumerate(tools if isinstance(tools, list) else ()):
+        kind = str(tool.get("type", "")) if isinstance(tool, dict) else ""
+        item: dict[str, Any]
+        if kind.startswith("web_search"):
+            item = {"type": "web_search_call", "id": f"ws_fake_{n}_{place}"}
+            item["action"] = {"type": "search", "query": "fake search"}
+        elif kind == "file_search":
+            item = {"type": "file_search_call", "id": f"fs_fake_{n}_{place}"}
+            item |= {"queries": ["fake search"], "results": None}
+        elif kind == "code_interpreter":
+            given = tool.get("container")
+            container = given if isinstance(given, str) else f"cntr_fake_{n}_{place}"
+            item = {"type": "code_interpreter_call", "id": f"ci_fake_{n}_{place}"}
+            item |= {"code": "print(1)", "container_id": container, "outputs": None}
+        else:
+            continue
+        items.append({**item, "status": "completed"})
+    return items
