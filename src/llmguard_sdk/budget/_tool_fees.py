@@ -109,7 +109,7 @@ TOOLS = (
 _OWN: tuple[tuple[str, re.Pattern[str], float, bool], ...] = (
     # genai-prices lists gpt-4o-mini-search-preview under gpt-4o-mini, at the tool's fee
     ("web_search", SEARCH_MODELS, _PREVIEW_FEE, True),
-    ("code_execution", re.compile(r"(?:^|/)claude"), _CLAUDE_CODE_EXECUTION, False),
+    ("code_execution", re.compile(r"claude"), _CLAUDE_CODE_EXECUTION, False),  # (Bedrock's too)
 )
 """Our own fees: (Price field, model pattern, USD per use, whether it wins over
 genai-prices' fee)."""
