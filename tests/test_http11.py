@@ -18,7 +18,8 @@ import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.errors import ProviderTimeoutError, ProviderUnavailableError
-from llmguard_sdk.providers._http11 import DEADLINE, StdlibTransport, _Response
+from llmguard_sdk.providers._http11 import DEADLINE, StdlibTransport
+from llmguard_sdk.providers._http11_wire import StdlibResponse
 from llmguard_sdk.testing import FakeProvider
 from tests.rawserver import RawServer
 from tests.tlsserver import serve_tls
@@ -187,7 +188,7 @@ HEADS = [
 
 @pytest.mark.parametrize("raw", HEADS)
 def test_the_head_is_read_as_http_client_reads_it(raw: bytes) -> None:
-    ours = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
+    ours = StdlibResponse(_Socket(raw), method="POST")  # type: ignore[arg-type]
     theirs = http.client.HTTPResponse(_Socket(raw), method="POST")  # type: ignore[arg-type]
     ours.begin()
     theirs.begin()
@@ -213,19 +214,19 @@ def test_a_bad_head_fails_as_http_client_fails(raw: bytes) -> None:
     with pytest.raises(http.client.HTTPException) as theirs:
         http.client.HTTPResponse(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
     with pytest.raises(type(theirs.value)):
-        _Response(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
+        StdlibResponse(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
 
 
 def test_folded_and_malformed_header_lines_are_read_as_httpx_reads_them() -> None:
     folded = b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 0\r\n\r\n"
-    response = _Response(_Socket(folded), method="POST")  # type: ignore[arg-type]
+    response = StdlibResponse(_Socket(folded), method="POST")  # type: ignore[arg-type]
     response.begin()
     assert response.getheader("x-folded") == "one two"
     assert httpx.Response(200, headers=response.getheaders()).headers["x-folded"] == "one two"
     for line in (b"No-Colon-Line", b": no name"):
         raw = b"HTTP/1.1 200 OK\r\n%s\r\nContent-Length: 0\r\n\r\n" % line
         with pytest.raises(http.client.HTTPException, match="malformed header"):
-            _Response(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
+            StdlibResponse(_Socket(raw), method="POST").begin()  # type: ignore[arg-type]
 
 
 def test_idle_connections_expire_and_give_way_to_another_origin() -> None:
@@ -249,7 +250,7 @@ def test_interim_answers_are_skipped_as_httpx_skips_them() -> None:
         b"HTTP/1.1 100 Continue\r\n\r\n"
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
     )
-    response = _Response(_Socket(raw), method="POST")  # type: ignore[arg-type]
+    response = StdlibResponse(_Socket(raw), method="POST")  # type: ignore[arg-type]
     response.begin()
     assert (response.status, response.read()) == (200, b"{}")
 
