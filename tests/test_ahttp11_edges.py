@@ -177,7 +177,8 @@ async def test_an_answer_framed_as_h11_reads_it_is_read_whole_and_kept(raw: byte
 async def test_an_answer_h11_refuses_is_a_protocol_error(raw: bytes) -> None:
     """Lengths that disagree, a chunk size of 16 hex digits or more, and more trailer lines
     than a head may have, are refused as a head's would be (16 digits were taken, and
-    trailers read without end)."""
+    trailers read without end); a ``Transfer-Encoding`` other than ``chunked`` alone, at once
+    (read until the connection closed: here, the read timeout)."""
     with RawServer(raw, hold=True) as server:
         transport = AnyioTransport(httpx2)
         with pytest.raises(httpx2.RemoteProtocolError):

@@ -107,6 +107,9 @@ SIGNED_CHUNK_SIZE = _CHUNKED + b"+2\r\n{}\r\n0\r\n\r\n"  # int(b"+2", 16) reads 
 ENDLESS_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 101 + b"\r\n"
 OVERLONG_CHUNK = _CHUNKED + b"2\r\n{}XX0\r\n\r\n"  # "XX" past the chunk's size
 FEW_TRAILERS = _CHUNKED + b"2\r\n{}\r\n0\r\n" + b"x-trailer: 1\r\n" * 3 + b"\r\n"
+_CODED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: %s\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+GZIP_CHUNKED = _CODED % b"gzip, chunked"  # taken for no framing: read until closed
+CHUNKED_TWICE = _CHUNKED.replace(b"\r\n\r\n", b"\r\ntransfer-encoding: chunked\r\n\r\n")
 # answers framed as h11 reads them: read whole, their connection kept (both transports)
 FRAMED = [
     pytest.param(REPEATED, id="length-listed-twice"),
@@ -120,6 +123,9 @@ MISFRAMED = [
     pytest.param(SIGNED_CHUNK_SIZE, id="signed"),
     pytest.param(ENDLESS_TRAILERS, id="trailers"),
     pytest.param(OVERLONG_CHUNK, id="overlong"),
+    pytest.param(GZIP_CHUNKED, id="gzip-chunked"),
+    pytest.param(_CODED % b"gzip", id="gzip"),
+    pytest.param(CHUNKED_TWICE + b"2\r\n{}\r\n0\r\n\r\n", id="chunked-twice"),
 ]
 
 
@@ -155,7 +161,10 @@ def test_an_answer_framed_as_h11_reads_it_is_read_whole_and_kept(raw: bytes) -> 
 def test_an_answer_h11_refuses_is_a_protocol_error(raw: bytes) -> None:
     """Lengths that disagree, a chunk size of 16 hex digits or more (or one ``int()`` reads but
     HTTP does not: a sign), and more trailer lines than a head may have, are refused as a
-    head's would be: http.client took any ``int(line, 16)`` and read trailers without end."""
+    head's would be: http.client took any ``int(line, 16)`` and read trailers without end. A
+    ``Transfer-Encoding`` other than ``chunked`` alone (``gzip, chunked``) is refused at once:
+    taken for no framing, the body was read until the connection closed (here held: until
+    the read timeout)."""
     with RawServer(raw, hold=True) as server:
         transport = StdlibTransport()
         with pytest.raises(httpx.RemoteProtocolError):

@@ -45,6 +45,7 @@ from ._http1 import (
     asks_to_close,
     body_length,
     chunk_size,
+    chunked,
     head_fields,
     illegal_header,
     put_idle,
@@ -345,15 +346,13 @@ class _Head:
         self.raw_headers = [
             (name.encode("latin-1"), value.encode("latin-1")) for name, value in fields
         ]
-        values: dict[str, str] = {}
-        lengths = []
+        values: dict[str, list[str]] = {}
         for name, value in fields:
-            values.setdefault(name.lower(), value)
-            if name.lower() == "content-length":
-                lengths.append(value)
-        self.chunked = values.get("transfer-encoding", "").lower() == "chunked"
+            values.setdefault(name.lower(), []).append(value)
+        self.chunked = chunked(values.get("transfer-encoding", []))  # ValueError: not chunked
+        lengths = values.get("content-length", [])
         self.length = None if self.chunked else body_length(lengths)  # ValueError: two
-        connection = values.get("connection", "").lower()
+        connection = values.get("connection", [""])[0].lower()
         if version == "HTTP/1.0":
             self.will_close = "keep-alive" not in connection
         else:
@@ -388,7 +387,7 @@ async def _read_response_head(
             continue
         try:
             return _Head(status, reason.strip().encode("ascii", "replace"), version, fields, method)
-        except ValueError as exc:  # lengths that disagree
+        except ValueError as exc:  # lengths that disagree, a coding other than chunked
             raise module.RemoteProtocolError(str(exc)) from exc
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "asks_to_close",
     "body_length",
     "chunk_size",
+    "chunked",
     "head_fields",
     "illegal_header",
     "put_idle",
@@ -82,6 +83,21 @@ def body_length(values: list[str]) -> int | None:
     except ValueError:
         return None
     return length if length is None or length >= 0 else None
+
+
+def chunked(values: list[str]) -> bool:
+    """Whether a head's ``Transfer-Encoding`` values (each line's) frame its body in
+    chunks: ``chunked`` alone. None given: not chunked.
+
+    Raises:
+        ValueError: any other coding (``gzip, chunked``, ``identity``, ``chunked`` twice),
+            refused as h11 refuses it: taken for no framing, the body was read until the
+            connection closed, a kept-alive one holding the call to its read timeout.
+    """
+    codings = [part.strip().lower() for value in values for part in value.split(",")]
+    if not codings or codings == ["chunked"]:
+        return bool(codings)
+    raise ValueError(f"unsupported Transfer-Encoding {', '.join(codings)[:60]!r}")
 
 
 def chunk_size(line: bytes) -> int | None:

@@ -130,15 +130,15 @@ class StdlibResponse(http.client.HTTPResponse):
             raise http.client.UnknownProtocol(version)
         head = _read_head(self.fp)
         self.headers = self.msg = head
-        self.chunked = (head.get("transfer-encoding") or "").lower() == "chunked"
+        try:
+            self.chunked = _http1.chunked(head.get_all("transfer-encoding") or [])
+            length = _http1.body_length(head.get_all("content-length") or [])
+        except ValueError as exc:
+            raise http.client.HTTPException(str(exc)) from None
         if self.chunked:
             self.chunk_left = None
         # a 101's connection speaks another protocol from here on: never reused
         self.will_close = status == 101 or self._check_close()
-        try:
-            length = _http1.body_length(head.get_all("content-length") or [])
-        except ValueError as exc:
-            raise http.client.HTTPException(str(exc)) from None
         self.length = None if self.chunked else length
         if status in (204, 304) or 100 <= status < 200 or self._method == "HEAD":
             self.length = 0  # never a body, whatever the head says (as h11 reads it)
