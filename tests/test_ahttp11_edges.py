@@ -260,11 +260,12 @@ async def test_records_a_tls_stream_read_ahead_keep_its_connection_from_reuse(
         await transport.aclose()
 
 
-def test_an_answer_sent_before_the_request_was_written_whole_is_read() -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_answer_sent_before_the_request_was_written_whole_is_read(backend: str) -> None:
     """As the sync transport (tests/test_http11_edges.py): a 413 sent before the body was
     read, the connection then closed, is the call's error, not a write error with no status.
-    Under trio: anyio's asyncio streams read nothing while a send waits, so the answer is
-    lost with the connection there, as it is to httpx's own async transport."""
+    Under asyncio, anyio reads nothing while a send waits: the answer was lost with the
+    connection (as it is to httpx's own async transport); reading is on while sending."""
 
     async def call() -> ProviderError:
         provider = OpenAICompatibleProvider(server.base_url)
@@ -277,6 +278,6 @@ def test_an_answer_sent_before_the_request_was_written_whole_is_read() -> None:
         raise AssertionError("the call did not fail")
 
     with EarlyAnswerServer(TOO_LARGE) as server:
-        error = anyio.run(call, backend="trio")
+        error = anyio.run(call, backend=backend)
     assert error.status_code == 413
     assert "request too large" in str(error)

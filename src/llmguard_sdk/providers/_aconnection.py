@@ -12,7 +12,7 @@ import anyio.abc
 
 from ._http1 import readable
 
-__all__ = ["STREAM_ERRORS", "Connection"]
+__all__ = ["STREAM_ERRORS", "Connection", "stop_reading"]
 
 STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 """What a broken or closed stream raises (besides anyio's ``EndOfStream``)."""
@@ -70,9 +70,33 @@ class Connection:
         except (OSError, ValueError):
             return False
 
+    def read_while_sending(self) -> Any:
+        """Turn asyncio's reading of the socket on (anyio keeps it off but while a receive
+        waits) until :func:`stop_reading` is given what this answers: an answer the server
+        sends before it has read the request (a 413 for a body too large) is read as it
+        comes. Off, it stayed in the socket, which asyncio closed when the server's close
+        failed the send: the answer was lost. ``None``: no asyncio transport (trio reads
+        the socket only as asked; the answer waits there)."""
+        stream: Any = self.stream
+        while stream is not None:
+            transport = getattr(stream, "_transport", None)
+            if transport is not None and hasattr(transport, "resume_reading"):
+                if transport.is_closing() or transport.is_reading():
+                    return None
+                transport.resume_reading()
+                return transport
+            stream = getattr(stream, "transport_stream", None)
+        return None
+
     async def close(self) -> None:
         """Close the stream at once (no TLS goodbye waited for)."""
         await anyio.aclose_forcefully(self.stream)
+
+
+def stop_reading(transport: Any) -> None:
+    """Turn off again the reading :meth:`Connection.read_while_sending` turned on."""
+    if transport is not None and not transport.is_closing():
+        transport.pause_reading()
 
 
 def _read_ahead(stream: Any) -> bool:

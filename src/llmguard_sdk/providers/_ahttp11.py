@@ -38,7 +38,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._aconnection import STREAM_ERRORS, Connection
+from ._aconnection import STREAM_ERRORS, Connection, stop_reading
 from ._http1 import (
     MAX_HEADERS,
     MAX_LINE,
@@ -91,10 +91,13 @@ class AnyioTransport:
         connection = await self._connection(origin, timeouts)
         write_error = None  # a write's failure: the answer is read all the same (httpcore's)
         try:
+            reading = connection.read_while_sending()  # (an answer before the body's end)
             try:
                 await _send_request(connection, request, request_head, timeouts, module)
             except module.WriteError as exc:  # a server that answered (a 413) and closed
                 write_error = exc
+            finally:
+                stop_reading(reading)
             head = await _read_response_head(
                 connection, timeouts.get("read"), request.method, module
             )
