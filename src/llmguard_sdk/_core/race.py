@@ -86,6 +86,7 @@ class _Race:
         self.won_usage: Usage | None = None  # a plain call's winner's usage, read once
         self.answered: dict[str, LegEvent] = {}  # losers whose answer had arrived too
         self.so_far: dict[str, Usage] = {}  # what streamed losers' providers reported so far
+        self.unsent: set[str] = set()  # losers stopped before their request went out
         self.unexpected: BaseException | None = None
         self.hedged = False
 
@@ -203,6 +204,8 @@ def _halted(state: _Race) -> Generator[Any, Any, None]:
             continue
         if _answer_came(event):
             state.answered[event.route] = event
+        elif event.error is not None and not event.error.request_sent:
+            state.unsent.add(event.route)  # (waiting for a connection: it cost nothing)
         elif isinstance(event.value, tuple) and (so_far := reported(event.value[0])) is not None:
             state.so_far[event.route] = so_far  # (a stream stopped before its content)
 
@@ -261,8 +264,8 @@ def _admit_now(run: Run, route: Provider) -> Generator[Any, Any, tuple[bool, Res
 def _stop(state: _Race) -> StopLegs:
     """End the legs still running: timeouts at the deadline (a failure for the breaker),
     else losers (no outcome; their attempt record stays open: cancelled; their prompt is
-    billed, so the call's spend counts it). Each gives back its permit and lease once it has
-    ended; a winning stream is kept."""
+    billed, so the call's spend counts it; one stopped before its request went out, nothing).
+    Each gives back its permit and lease once it has ended; a winning stream is kept."""
     run = state.run
     after: dict[str, list[Step[Any]]] = {}
     for leg in state.running():
@@ -279,7 +282,12 @@ def _stop(state: _Race) -> StopLegs:
         else:  # a loser: its request was sent, the provider bills its prompt (and output)
             if run.stages.routing is not None:  # (no outcome for its breaker: no failure)
                 run.stages.routing.outlasted(leg.route.name, elapsed_since(leg.started))
-            after[leg.route.name] = _lost(state, leg)
+            if leg.route.name in state.unsent:  # (stopped before it sent: nothing billed)
+                after[leg.route.name] = run.release_steps(leg.route) + run.settle_steps(
+                    leg.reservation, unsent=True
+                )
+            else:
+                after[leg.route.name] = _lost(state, leg)
     winner = state.winner
     return StopLegs(winner[0].route.name if winner and run.streaming else None, after)
 

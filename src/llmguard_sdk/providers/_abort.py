@@ -7,7 +7,10 @@ abandons its generation, a retry's backoff (:func:`sleep`) ends. When the race e
 loser's :meth:`Abort.abort` runs those at once (and any registered later), so the loser ends
 now instead of reading an answer nobody will use until its deadline, and gives back its
 rate-limit slot and reservation. A shadow's call runs under one too: a Guard's close
-abandons it.
+abandons it. A call that registered nothing (a route of the user's own, busy with its own
+work as the race ends) is not stopped, but what it sends through the SDK's provider after
+that is refused (:func:`aborted`): it sends no request nobody will use. One waiting for a
+free connection of its pool wakes (it waited until its deadline).
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Abort", "abortable", "sleep", "when_aborted"]
+__all__ = ["ABANDONED", "Abort", "aborted", "abortable", "sleep", "when_aborted"]
+
+ABANDONED = "the call was abandoned (a hedge race's loser, or a closed Guard's shadow): not sent"
+"""The error's words where an aborted call's request is refused before it is sent."""
 
 logger = logging.getLogger("llmguard_sdk")
 
@@ -83,6 +89,12 @@ def when_aborted(callback: Callable[[Any], object], argument: Any) -> None:
     abort = _CURRENT.get()
     if abort is not None:
         abort.on_abort(functools.partial(callback, argument))
+
+
+def aborted() -> bool:
+    """Whether the call this runs in was aborted (the SDK's provider then sends nothing)."""
+    abort = _CURRENT.get()
+    return abort is not None and abort.aborted
 
 
 def sleep(seconds: float) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from .._forks import per_process
+from ._abort import ABANDONED, aborted, when_aborted
 from ._http1 import put_idle, readable, sweep_expired, take_longest_idle
 from ._http11_wire import StdlibResponse, exchange
 from ._watchdog import watchdog
@@ -144,6 +145,7 @@ class StdlibTransport(httpx.BaseTransport):
         """An idle connection to ``origin`` that the server has not closed, else a new one
         once fewer than ``max_connections`` are open (waiting up to the pool timeout)."""
         wait_until = _until(timeouts.get("pool"))
+        woken = False  # whether an abort of the call wakes its wait
         with self._freed:
             while True:
                 if self._closed:
@@ -167,6 +169,11 @@ class StdlibTransport(httpx.BaseTransport):
                 left = _left(wait_until)
                 if left == 0:
                     raise httpx.PoolTimeout("no connection free within the pool timeout")
+                if not woken:  # a hedge race's loser: not left waiting until its deadline
+                    woken = True
+                    when_aborted(_wake_all, self._freed)
+                if aborted():
+                    raise httpx.ConnectError(ABANDONED)
                 self._freed.wait(left)
         try:
             return self._connect(origin, timeouts, deadline)
@@ -368,6 +375,11 @@ def _watched_socket(deadline: float, watched: list[int]) -> Any:
         return sock
 
     return create
+
+
+def _wake_all(freed: threading.Condition) -> None:
+    with freed:
+        freed.notify_all()
 
 
 def _port(url: httpx.URL) -> int:

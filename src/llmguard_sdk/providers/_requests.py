@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ._abort import ABANDONED, aborted
 from ._ahttp11 import AnyioTransport
 from ._http11 import StdlibTransport, environment_proxy
 
@@ -125,15 +126,23 @@ class Pool:
     """A client of one HTTP library and the transport its requests go to directly (``None``:
     through ``client.send``)."""
 
-    __slots__ = ("_request_error", "client", "transport")
+    __slots__ = ("_connect_error", "_request_error", "client", "transport")
 
     def __init__(self, module: ModuleType, client: Any, transport: Any) -> None:
         self.client = client
         self.transport = transport
         self._request_error: type[Exception] = module.RequestError
+        self._connect_error: type[Exception] = module.ConnectError
 
     def send(self, request: Any) -> Any:
-        """The response to ``request``, its body not read yet."""
+        """The response to ``request``, its body not read yet.
+
+        Raises:
+            ConnectError: (the library's) the call was aborted (a hedge race's loser, a
+                shadow's call a Guard's close abandoned): nothing is sent.
+        """
+        if aborted():  # (a call that registered nothing with its abort: it notices here)
+            raise self._connect_error(ABANDONED)
         if self.transport is None:
             return self.client.send(request, stream=True)
         self._check_open()
