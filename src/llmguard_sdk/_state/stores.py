@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from .._loops import PerLoop
 from ..errors import ConfigurationError
 from . import turns
+from .background import Background
 from .connections import bound_async_cluster, bounded_pool, sent_once, waiting_pool
 from .health import Outage, RedisHealth
 from .scripts import RedisScripts, lua
@@ -228,7 +229,8 @@ class RedisStore(Store):
         }
         self._lock = threading.Lock()
         self._client: redis.Redis | None = None
-        self._aclients = PerLoop(self._new_async_client)
+        self._aclients = PerLoop(self._new_async_client)  # (each closed at its loop's end)
+        self._background = Background()
         self._setup()
         self._turns = PerLoop(self._new_turns)
         attempt = self._options["socket_connect_timeout"] + self._options["socket_timeout"]
@@ -338,8 +340,24 @@ class RedisStore(Store):
         except redis_errors():
             return False
 
+    @property
+    def background(self) -> Background:
+        """The store's background work (the budgets' journal sweep), which :meth:`close`
+        stops.
+
+        .. versionadded:: 0.2.0
+        """
+        return self._background
+
     def close(self) -> None:
-        """Close the sync connection pool."""
+        """Close the sync connection pool, after stopping the background work on the store
+        (the budgets' journal sweep: no further sweep uses it) and waiting for a sweep under
+        way to end its round trip (at most ``pool_timeout`` plus one attempt, a connection
+        then an answer, plus 1 s)."""
+        health = self.health
+        waited = self._background.stop(health.wait_seconds + health.attempt_seconds + 1.0)
+        if not waited:
+            logger.warning("%r closed while a journal sweep still waited for Redis", self)
         with self._lock:
             client, self._client = self._client, None
         if client is not None:

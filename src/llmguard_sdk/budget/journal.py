@@ -15,8 +15,9 @@ every Redis budget set in use every ``sweep_every_s`` seconds (the store's
 files a sweep) and, while records are left in its journal, has its backend replay them from
 that thread, so a crashed worker's spend reaches Redis within about that time even in a
 process that makes no further call; a call itself never lists the directory. A sweep that
-finds its journal closed (``close()`` ran meanwhile) adopts nothing: a dead file stays whole
-for another process. A dead file gone is adopted, not yet counted: its records are in Redis
+finds its journal closed (``close()`` ran meanwhile), or its store closed (the store's
+``close()`` stops its sweeps and waits for one under way), adopts nothing: a dead file stays
+whole for another process. A dead file gone is adopted, not yet counted: its records are in Redis
 once the journal's ``pending`` is 0 (:meth:`RedisBudgetBackend.status` reads Redis only).
 Then it replays its file a few records per call (see
 :class:`~llmguard_sdk.budget.redis.RedisBudgetBackend`). The file's first line, a header of
@@ -53,6 +54,7 @@ from typing import IO, Any
 
 from .._forks import per_process
 from .._json import canonical_json
+from .._state.background import Background
 from .policy import CounterSpec
 
 try:  # POSIX: locks tell a live writer from a dead one
@@ -129,6 +131,7 @@ class SpendJournal:
         self._file: IO[str] | None = None
         self._swept = False  # the background sweep adopts dead files into this journal
         self._replay: weakref.WeakMethod[Callable[[], object]] | None = None  # (see sweep)
+        self._background = Background()  # (its store's, once swept: see sweep)
         self._closed = False
         per_process(self, SpendJournal._own_file)
 
@@ -293,30 +296,37 @@ class SpendJournal:
         every = _SWEEP_EVERY_S if self.sweep_every_s is None else self.sweep_every_s
         return self.swept_at + every
 
-    def sweep_in_background(self, replay: Callable[[], object] | None = None) -> None:
+    def sweep_in_background(
+        self, replay: Callable[[], object] | None = None, background: Background | None = None
+    ) -> None:
         """Have this process's sweep thread adopt dead processes' files into this journal
-        every ``sweep_every_s`` (see the module docs), until it is closed or collected;
-        ``replay``, a bound method (held weakly), sends the journal's records to Redis from
-        that thread after each sweep that leaves some in it."""
+        every ``sweep_every_s`` (see the module docs), until it is closed or collected, or
+        ``background`` (its store's, see :meth:`~llmguard_sdk.store.RedisStore.close`) is
+        stopped; ``replay``, a bound method (held weakly), sends the journal's records to
+        Redis from that thread after each sweep that leaves some in it."""
         self._swept = True
         self._replay = weakref.WeakMethod(replay) if replay is not None else None
+        self._background = background or Background()
         _SWEEPER.watch(self)
 
     def sweep(self) -> int:
         """One background sweep: adopt up to ``_SWEEP_FILES`` dead files (0 once closed),
         then replay what the journal holds (``sweep_in_background``'s ``replay``: its
-        failures are the backend's to log; what is left waits for the next call or sweep)."""
-        if self._closed:
-            return 0
-        try:
-            adopted = self.adopt_orphans(_SWEEP_FILES)
-        except OSError as exc:  # (a full disk: the next sweep, or the next replay, retries)
-            logger.warning("budgets: adopting a dead process's spend journal failed: %s", exc)
-            adopted = 0
-        replay = self._replay() if self._replay is not None else None
-        if replay is not None and self.pending and not self._closed:
-            replay()
-        return adopted
+        failures are the backend's to log; what is left waits for the next call or sweep).
+        Nothing once its store is closed (its ``background`` stopped): a dead file stays whole
+        for another process, and the store's ``close()`` waits for a sweep under way."""
+        with self._background.work() as work:
+            if self._closed or work.stopped:
+                return 0
+            try:
+                adopted = self.adopt_orphans(_SWEEP_FILES)
+            except OSError as exc:  # (a full disk: the next sweep, or the next replay, retries)
+                logger.warning("budgets: adopting a dead process's spend journal failed: %s", exc)
+                adopted = 0
+            replay = self._replay() if self._replay is not None else None
+            if replay is not None and self.pending and not (self._closed or work.stopped):
+                replay()
+            return adopted
 
     def adopt_orphans(self, limit: int | None = None) -> int:
         """Append the records of dead processes' files (the first ``limit`` files found) to

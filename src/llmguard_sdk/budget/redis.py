@@ -137,7 +137,7 @@ class RedisBudgetBackend:
             sweep_every_s=store.journal_sweep_every_s if every is None else every,
         )
         # a crashed process's spend, adopted in time and replayed from the sweep thread
-        self.journal.sweep_in_background(self._replay_swept)
+        self.journal.sweep_in_background(self._replay_swept, store.background)
         self._replaying = threading.Lock()
         self._told: dict[str, object] = {}  # the outage, refusal, episode of load last told
         self._telling = threading.Lock()
@@ -363,9 +363,13 @@ class RedisBudgetBackend:
         this process's own an outage left): off every call's path, ``_REPLAY_PER_CALL``
         records at a time for at most ``_SWEEP_REPLAY_S`` seconds, while Redis is not
         paused. A failure pauses Redis and is logged as a call's would be; what is left
-        waits for the next call or sweep (a call replaying meanwhile: it goes on)."""
+        waits for the next call or sweep (a call replaying meanwhile: it goes on), as it
+        does once the store is closing (its background work stopped)."""
         stop = time.monotonic() + _SWEEP_REPLAY_S
+        background = self._store.background
         while self.journal.pending and self._outage.up() and time.monotonic() < stop:
+            if background.stopped:
+                return
             left = self.journal.pending
             if run(self.replay_steps(_REPLAY_PER_CALL)) or self.journal.pending >= left:
                 return
