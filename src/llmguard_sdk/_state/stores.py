@@ -387,7 +387,8 @@ class RedisStore(Store):
         return self._turns.get()()
 
     async def aclose(self) -> None:
-        """Close the async client and the sync pool."""
+        """Close the running loop's async client, then the sync pool (:meth:`close`: it
+        waits, bounded, for a journal sweep under way, on this thread)."""
         aclient = self._aclients.pop_current()
         if aclient is not None:
             await aclient.aclose()
