@@ -9,10 +9,10 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import pytest
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 USER: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
 MODES = ["sync", "async"]  # the ways :func:`chat_in_mode` calls a Guard
+T = TypeVar("T")
 
 RawRedis = Any
 """A redis-py client that a test reads Redis with: redis-py types the replies of its sync
@@ -57,6 +58,20 @@ def chat_in_mode(guard: Guard, mode: str, **kwargs: Any) -> ChatResponse:
 
 
 # -- CI: a skip CI would hit is a failure there -------------------------------------------------
+
+
+def run_closing(guard: Guard, main: Callable[[], Awaitable[T]]) -> T:
+    """``main()`` on an event loop of its own (``anyio.run``), ``guard`` closed at its end:
+    its async connections on that loop would be left open there (closed only when
+    collected, with a ``ResourceWarning``); its other ones reopen on their next use."""
+
+    async def closing() -> T:
+        try:
+            return await main()
+        finally:
+            await guard.aclose()
+
+    return anyio.run(closing)
 
 
 def answering_route(guard: Guard, stream: bool) -> str:

@@ -14,7 +14,7 @@ from llmguard_sdk import Guard
 from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider
 
-from .conftest import USER
+from .conftest import USER, run_closing
 
 # one request every 2 s, none ahead: the n-th call waiting goes 2n seconds after the first
 EVERY_2_S = RateLimit(rpm=30, burst=1 / 30, max_wait=30, batch_headroom=0)
@@ -50,7 +50,7 @@ def test_a_waiter_cancelled_gives_its_slot_to_the_next_call(
             calls.start_soon(call, "next")  # the cancelled call's slot: 4 s, not 6 s
 
     started = time.monotonic()
-    anyio.run(main)
+    run_closing(guard, main)
     assert set(answered) == {"first", "second", "next"}
     assert fake.stats.requests == 1 + 3  # the warm-up, then all but the cancelled call
     assert 3.8 < answered["next"] < 5.5

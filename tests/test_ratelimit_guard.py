@@ -32,7 +32,7 @@ from llmguard_sdk.ratelimit import RateLimit
 from llmguard_sdk.testing import FakeProvider, Fault
 from llmguard_sdk.tokens import count_request_tokens
 
-from .conftest import USER, answering_route, require_module
+from .conftest import USER, answering_route, require_module, run_closing
 
 MakeGuard = Callable[..., Guard]
 
@@ -85,7 +85,7 @@ def test_the_guards_own_reservations_skip_the_public_entry_points_checks(
     counters = {"x-ratelimit-remaining-requests": "90"}  # the provider's counters learned
     fake.script(Fault(headers=counters))
     assert guard.chat(USER).text
-    assert anyio.run(lambda: guard.achat(USER)).text
+    assert run_closing(guard, lambda: guard.achat(USER)).text
     with guard.chat(USER, stream=True) as stream:
         assert "".join(chunk.text for chunk in stream)
     assert fake.stats.requests == 3
@@ -171,7 +171,7 @@ def test_streams_give_slots_back_when_closed_early(
                 break
         assert _in_flight(guard) == 0
 
-    anyio.run(run)
+    run_closing(guard, run)
 
 
 def test_streams_learn_from_their_response_headers(make_guard: MakeGuard) -> None:
@@ -209,7 +209,7 @@ def test_anthropics_reset_instants_are_learned_as_openais_resets(
         if mode == "sync":
             guard.chat(USER)
         else:
-            anyio.run(guard.achat, USER)
+            run_closing(guard, lambda: guard.achat(USER))
 
     call()
     with pytest.raises(RateLimitExceededError) as info:
@@ -308,7 +308,7 @@ def test_async_streams_learn_from_their_response_headers(make_guard: MakeGuard) 
             with pytest.raises(RateLimitExceededError):
                 await read()
 
-        anyio.run(run)
+        run_closing(guard, run)
         assert strict.stats.rate_limited == 0
 
 
@@ -339,7 +339,7 @@ def test_both_legs_of_a_hedged_call_are_limited(
         return chunks.response.route
 
     def one() -> str:
-        return call() if mode == "sync" else anyio.run(acall)
+        return call() if mode == "sync" else run_closing(guard, acall)
 
     assert one() == "backup"  # the hedge had room and won
     assert one() == "primary"  # the backup's one request is used: no hedge, primary answers
