@@ -18,7 +18,7 @@ import pytest
 from llmguard_sdk import PerLoop
 from llmguard_sdk.store import RedisStore
 
-from .conftest import redis_store
+from .conftest import RawRedis, redis_store
 
 
 class _Client:
@@ -36,7 +36,7 @@ def _named_connections(url: str, name: str) -> int:
     closed by now are gone (Redis drops a closed one at its next turn: at most 5 s)."""
     import redis
 
-    admin = redis.Redis.from_url(url)
+    admin: RawRedis = redis.Redis.from_url(url)
     try:
         give_up = time.monotonic() + 5.0
         while True:
@@ -56,7 +56,8 @@ def test_a_loops_redis_client_is_closed_as_asyncio_run_ends(
     try:
 
         async def ping() -> bool:
-            return bool(await store.aclient.ping())
+            client: RawRedis = store.aclient
+            return bool(await client.ping())
 
         assert asyncio.run(ping())
         assert _named_connections(redis_url, name) == 0  # (was 1, until it was collected)
@@ -73,11 +74,13 @@ def test_a_loops_cluster_client_is_closed_and_not_reported_to_a_later_loop(
     try:
 
         async def ping() -> bool:
-            return bool(await store.aclient.ping())
+            client: RawRedis = store.aclient
+            return bool(await client.ping())
 
         async def later() -> None:
             asyncio.get_running_loop().set_exception_handler(lambda _loop, c: told.append(c))
-            await store.aclient.ping()  # (forgets the first loop's client)
+            client: RawRedis = store.aclient  # (forgets the first loop's client)
+            await client.ping()
             gc.collect()
 
         assert asyncio.run(ping())
