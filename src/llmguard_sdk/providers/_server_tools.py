@@ -10,7 +10,13 @@ from typing import Any
 
 from ..models import Usage
 
-__all__ = ["CLAUDE_CODE_TOOLS", "claude_tool_uses", "openai_tool_uses", "with_tool_uses"]
+__all__ = [
+    "CLAUDE_CODE_TOOLS",
+    "claude_tool_uses",
+    "openai_tool_uses",
+    "server_block",
+    "with_tool_uses",
+]
 
 CLAUDE_CODE_TOOLS = ("code_execution", "bash_code_execution", "text_editor_code_execution")
 """The names of Claude's ``server_tool_use`` blocks that run code in its container."""
@@ -40,14 +46,47 @@ def openai_tool_uses(output: object) -> dict[str, int]:
 def claude_tool_uses(blocks: Iterable[object]) -> dict[str, int]:
     """The server-side tool uses of Claude's content ``blocks``, by
     :class:`~llmguard_sdk.models.Usage` field: each ``server_tool_use`` block of its web
-    search a search, and one code execution session (its container) where a block ran code."""
-    searches, ran = 0, False
+    search a search, but one whose ``web_search_tool_result`` is an error (``max_uses_exceeded``
+    ...: Anthropic bills no failed search), and one code execution session (its container)
+    where a block ran code."""
+    searches: list[object] = []
+    failed: set[object] = set()
+    ran = False
     for block in blocks:
-        if isinstance(block, Mapping) and block.get("type") == "server_tool_use":
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "server_tool_use":
             name = block.get("name")
-            searches += name == "web_search"
+            if name == "web_search":
+                searches.append(block.get("id"))
             ran = ran or name in CLAUDE_CODE_TOOLS
-    return _found(searches, 0, int(ran))
+        elif _failed_search(block):
+            failed.add(block.get("tool_use_id"))
+    billed = sum(1 for use in searches if use is None or use not in failed)
+    return _found(billed, 0, int(ran))
+
+
+def server_block(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What :func:`claude_tool_uses` reads of a streamed content block: a
+    ``server_tool_use`` block's id and name, a failed search's result; ``None`` for others."""
+    if block.get("type") == "server_tool_use":
+        return {"type": "server_tool_use", "id": block.get("id"), "name": block.get("name")}
+    if _failed_search(block):
+        return {"type": block.get("type"), "tool_use_id": block.get("tool_use_id"), **_FAILED}
+    return None
+
+
+_FAILED = {"content": {"type": "web_search_tool_result_error"}}
+
+
+def _failed_search(block: Mapping[str, Any]) -> bool:
+    """Whether ``block`` is a web search's result that is an error (not billed)."""
+    content = block.get("content")
+    return (
+        block.get("type") == "web_search_tool_result"
+        and isinstance(content, Mapping)
+        and content.get("type") == "web_search_tool_result_error"
+    )
 
 
 def _found(searches: int, files: int, sessions: int) -> dict[str, int]:

@@ -75,7 +75,7 @@ from ._anthropic_sampling import RefusedSampling, SamplingRetries
 from ._anthropic_tools import claude_tool, claude_tool_choice
 from ._error_kinds import error_answer
 from ._route_options import check_count, shown
-from ._server_tools import claude_tool_uses, with_tool_uses
+from ._server_tools import claude_tool_uses, server_block, with_tool_uses
 from .wire import (
     AnswerShape,
     StreamState,
@@ -442,7 +442,7 @@ class AnthropicStreamState(StreamState):
         self.tools: dict[int, int] = {}  # content block index -> tool call index
         self.with_input: set[int] = set()  # tool blocks whose input came in deltas
         self.thinking: dict[int, dict[str, Any]] = {}  # content block index -> thinking so far
-        self.server_tools: list[dict[str, Any]] = []  # server_tool_use blocks begun
+        self.server_tools: list[dict[str, Any]] = []  # server_tool_use blocks, failed searches
 
     def feed(self, raw: bytes) -> Generator[StreamChunk, None, None]:
         """The chunks ``raw`` completes; checks the deadline afterwards."""
@@ -522,13 +522,13 @@ class AnthropicStreamState(StreamState):
         return chunk
 
     def _block_start(self, block: dict[str, Any], index: int) -> StreamChunk | None:
-        """A content block's start; after a ``server_tool_use`` block (billed once begun), a
-        chunk with the usage so far and the uses shown (a cut stream's, :mod:`._server_tools`)."""
+        """A content block's start; after a ``server_tool_use`` block (billed once begun) or a
+        failed search's result, a chunk with the uses seen so far (:mod:`._server_tools`)."""
         if block.get("type") == "tool_use":
             self.tools[index] = len(self.tools)
             return self._make(tool_calls=[_tool_call(block, self.tools[index], "")])
-        if block.get("type") == "server_tool_use":
-            self.server_tools.append({"type": "server_tool_use", "name": block.get("name")})
+        if (server := server_block(block)) is not None:  # (a failed search's result too)
+            self.server_tools.append(server)
             chunk = self._make()
             so_far = usage_from_payload(self.usage)[0] if self.usage else Usage()
             chunk._usage_so_far = with_tool_uses(so_far, claude_tool_uses(self.server_tools))
