@@ -5,6 +5,7 @@ to fix, with the exit status a script can trust."""
 from __future__ import annotations
 
 import json
+import math
 import signal
 import socket
 import subprocess
@@ -173,17 +174,26 @@ def test_a_bad_number_is_said_without_the_parsers_function_names(
     assert "invalid" not in err.splitlines()[-1]
 
 
-def test_cost_report_refuses_a_negative_cost(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("cost", "said"),
+    [
+        (-5.0, "a negative cost_usd (-5.0)"),
+        (math.nan, "a non-finite cost_usd (nan)"),
+        (math.inf, "a non-finite cost_usd (inf)"),
+    ],
+)
+def test_cost_report_refuses_a_negative_or_non_finite_cost(
+    cost: float, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A record of ``cost_usd: -5`` was summed: the report's total went down by $5."""
+    """A record of ``cost_usd: -5`` was summed: the report's total went down by $5; one of
+    ``NaN`` (which Python's json reads) made the total NaN."""
     usage = tmp_path / "usage.jsonl"
-    usage.write_text(json.dumps(USAGE) + "\n" + json.dumps({**USAGE, "cost_usd": -5.0}) + "\n")
+    usage.write_text(json.dumps(USAGE) + "\n" + json.dumps({**USAGE, "cost_usd": cost}) + "\n")
     assert main(["cost", "report", str(usage)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
-        f"llmguard cost report: {usage}: usage record 2 has a negative cost_usd (-5.0); a "
+        f"llmguard cost report: {usage}: usage record 2 has {said}; a "
         "UsageRecorder never writes one\n"
     )
 

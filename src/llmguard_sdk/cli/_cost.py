@@ -268,15 +268,17 @@ def _within(
 
 
 def _costs_not_negative(records: Iterable[dict[str, Any]], path: str) -> Iterator[dict[str, Any]]:
-    """``records``, refusing one with a negative ``cost_usd`` (a UsageRecorder never writes
-    one: it took that much off the report's totals)."""
+    """``records``, refusing one with a negative or not finite ``cost_usd`` (a UsageRecorder
+    never writes one: it took that much off the report's totals, or made them NaN)."""
     for index, record in enumerate(records, 1):
         cost = record.get("cost_usd")
-        if not isinstance(cost, bool) and isinstance(cost, (int, float)) and cost < 0:
-            raise ConfigurationError(
-                f"{path}: usage record {index} has a negative cost_usd ({cost!r}); a "
-                "UsageRecorder never writes one"
-            )
+        if not isinstance(cost, bool) and isinstance(cost, (int, float)):
+            what = "a negative" if cost < 0 else None if math.isfinite(cost) else "a non-finite"
+            if what is not None:
+                raise ConfigurationError(
+                    f"{path}: usage record {index} has {what} cost_usd ({cost!r}); a "
+                    "UsageRecorder never writes one"
+                )
         yield record
 
 
