@@ -138,6 +138,8 @@ class MemoryBreakerBackend:
         """``route``'s state, a few of the routes idle for :func:`forget_after` forgotten
         first (:func:`idle_oldest`), and ``route`` itself if it is one of them."""
         stored = self._stored
+        if not stored:  # nothing remembered (every route closed, its window empty)
+            return _CLOSED
         for oldest in idle_oldest(stored, now, self._idle_s, float):
             self._forget(oldest, now)
         at = stored.get(route)

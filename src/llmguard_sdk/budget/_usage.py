@@ -139,6 +139,8 @@ _parsed = threading.local()
 
 def _count(value: object) -> int | None:
     """A token count, or None for anything that is not one."""
+    if type(value) is int:  # (nearly every count: one test, no bool or subclass to rule out)
+        return value if value >= 0 else None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
     return value
@@ -153,8 +155,11 @@ def _read(raw: Mapping[str, Any], fields: tuple[Path, ...]) -> list[object]:
             found.append(raw.get(path[0], 0))
             continue
         value: object = raw
-        for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
+        for key in path:  # (a dict, as parsed JSON is, before the slower Mapping check)
+            if type(value) is not dict and (value is None or not isinstance(value, Mapping)):
+                value = None
+                break
+            value = value.get(key)
         found.append(_count(value) or 0)
     return found
 
@@ -163,7 +168,10 @@ def _absurd(fields: tuple[Path, ...], values: list[object]) -> str | None:
     """The name of the first of the counts read (``values`` of ``fields``) above
     :data:`MOST_TOKENS`, if any."""
     for path, value in zip(fields, values, strict=True):
-        if isinstance(value, int) and not isinstance(value, bool) and value > MOST_TOKENS:
+        if type(value) is int:  # (nearly every count: one test)
+            if value > MOST_TOKENS:
+                return ".".join(path)
+        elif isinstance(value, int) and not isinstance(value, bool) and value > MOST_TOKENS:
             return ".".join(path)
     return None
 
@@ -339,6 +347,6 @@ def usage_from_payload(
 def _searches(used: object) -> int:
     """The web searches an Anthropic ``usage.server_tool_use`` counts (0: none, or no
     count)."""
-    if not isinstance(used, Mapping):
+    if used is None or not isinstance(used, Mapping):
         return 0
     return _count(used.get("web_search_requests")) or 0

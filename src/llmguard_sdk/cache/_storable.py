@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..models import ChatRequest, ChatResponse
-from ..providers._chat_content import MESSAGE_FIELDS, kept_fields
+from ..providers._chat_content import MESSAGE_FIELDS
 from ..telemetry._signals import signals_of
 
 __all__ = ["audio_expiry", "cached_form", "kept_until", "storable"]
@@ -68,16 +68,23 @@ def cached_form(response: ChatResponse) -> dict[str, Any]:
 def _audio(response: ChatResponse) -> Mapping[str, Any] | None:
     """The answer's audio (OpenAI's ``message.audio``: its ``id``, ``data``, ``expires_at``,
     ``transcript``), ``None`` for an answer without one (or an empty one)."""
-    audio = kept_fields(response.metadata, MESSAGE_FIELDS).get("audio")
+    audio = _message_audio(response)
     return audio if isinstance(audio, Mapping) and (audio.get("id") or audio.get("data")) else None
+
+
+def _message_audio(response: ChatResponse) -> object:
+    """The ``audio`` of the message fields an answer keeps (:data:`MESSAGE_FIELDS`), read in
+    place (most answers have none: no copy of their fields), ``None`` where there is none."""
+    fields = response.metadata.get(MESSAGE_FIELDS)
+    return fields.get("audio") if fields is not None and isinstance(fields, Mapping) else None
 
 
 def audio_expiry(response: ChatResponse) -> float | None:
     """When the id of the answer's audio expires (OpenAI's ``message.audio.expires_at``, Unix
     seconds: a later turn refers to the audio by that id until then, and the provider knows
     it no more after); ``None`` for an answer without one."""
-    audio = kept_fields(response.metadata, MESSAGE_FIELDS).get("audio")
-    expires = audio.get("expires_at") if isinstance(audio, Mapping) else None
+    audio = _message_audio(response)
+    expires = audio.get("expires_at") if audio is not None and isinstance(audio, Mapping) else None
     if isinstance(expires, bool) or not isinstance(expires, (int, float)):
         return None
     return float(expires)

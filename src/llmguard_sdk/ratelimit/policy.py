@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict, TypeVar
 
 from typing_extensions import Unpack
@@ -379,10 +379,11 @@ def reserve_all(
         if isinstance(found, Grant):
             return found, list(fresh)
         wait, planned = found
-        after = [replace(state, tats=tats) for state, tats in zip(fresh, planned, strict=True)]
+        moved = zip(fresh, planned, strict=True)
+        after = [CellState(tats, state.leases, state.queue, state.paused) for state, tats in moved]
         return (_NOW if wait <= 0.0 else Grant(True, wait=wait)), after
     fresh = [
-        replace(state, leases=_live(state.leases, now), queue=_live(state.queue, now))
+        CellState(state.tats, _live(state.leases, now), _live(state.queue, now), state.paused)
         if state.leases or state.queue
         else state  # nothing held or waiting: nothing to drop
         for state, _ in cells
@@ -407,7 +408,7 @@ def reserve_all(
     result = []
     for state, (_, limit), tats in zip(fresh, cells, planned, strict=True):
         if limit.concurrency is None and limit.max_queue is None and not state.queue:
-            result.append(replace(state, tats=tats))  # only the TATs move
+            result.append(CellState(tats, state.leases, state.queue, state.paused))  # TATs only
             continue
         leases, queue = dict(state.leases), dict(state.queue)
         queue.pop(call_id, None)
@@ -417,7 +418,7 @@ def reserve_all(
             hold = limit.lease_seconds if lease_seconds is None else lease_seconds
             leases[call_id] = now + wait + min(hold, limit.lease_seconds)
             lease = call_id
-        result.append(replace(state, tats=tats, leases=leases, queue=queue))
+        result.append(CellState(tats, leases, queue, state.paused))
     return Grant(True, wait=max(0.0, wait), lease=lease), result
 
 
@@ -452,7 +453,7 @@ def _no_slot(
             queue[call_id] = till
         else:  # a slot is free for it here: the calls behind it may take it meanwhile
             queue.pop(call_id, None)
-        result.append(replace(state, queue=queue))
+        result.append(CellState(state.tats, state.leases, queue, state.paused))
     return Grant(False, CONCURRENCY_POLL, reason="concurrency", queued=True), result
 
 
@@ -542,7 +543,7 @@ def learn(
             tats[index] = max(tats[index], now + horizon + pause)
     paused = max(cell.paused, now + pause) if pause is not None else cell.paused
     learned: _State = _like(
-        state, replace(cell, tats=(tats[0], tats[1], tats[2], tats[3]), paused=paused)
+        state, CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue, paused)
     )
     return learned
 
@@ -583,7 +584,7 @@ def settle(
         tats[index] += delta * limit.period / per_period
         if delta < 0:
             tats[index] = max(tats[index], now)
-    cell = replace(cell, tats=(tats[0], tats[1], tats[2], tats[3]))
+    cell = CellState((tats[0], tats[1], tats[2], tats[3]), cell.leases, cell.queue, cell.paused)
     settled: _State = _like(state, cell if lease is None else release(cell, now, lease))
     return settled
 
@@ -595,4 +596,4 @@ def release(state: CellState, now: float, lease: str) -> CellState:
         return state
     queue = {k: v for k, v in state.queue.items() if k != lease}
     leases = {k: v for k, v in _live(state.leases, now).items() if k != lease}
-    return replace(state, leases=leases, queue=queue)
+    return CellState(state.tats, leases, queue, state.paused)
