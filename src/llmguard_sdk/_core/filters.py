@@ -102,7 +102,7 @@ def _through(
     for fn in filters:
         try:
             result = fn(value)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = yield Pending(result, deadline, f"{stage} filter {fn!r}", stage)
         except GuardrailRejectedError as exc:
             if not exc.stage:

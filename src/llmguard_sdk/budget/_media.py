@@ -103,7 +103,8 @@ def request_media(request: ChatRequest) -> Media:
                 seconds += _audio_seconds(part.get("input_audio"))
     extra = request.extra_body or {}
     modalities = extra.get("modalities")
-    speaks = isinstance(extra.get("audio"), Mapping) or (
+    audio = extra.get("audio")
+    speaks = (audio is not None and isinstance(audio, Mapping)) or (
         isinstance(modalities, list) and "audio" in modalities
     )
     if not images and not seconds and not speaks:

@@ -290,7 +290,7 @@ def usage_from_payload(
     ``service_tier`` is the response's own (OpenAI reports it beside the usage; Anthropic
     inside it). Returns ``(None, None)`` when there is no usable usage.
     """
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         return None, None
     reported = usable_cost(raw.get("cost"))
     fields = _shape(raw)

@@ -61,7 +61,9 @@ def _joined_tags(tags: Sequence[str]) -> str:
     and backslashes escaped (``["a,b"]`` is not ``["a", "b"]``). One string is refused, not
     split into its characters (``"ab"`` would share the entries of ``"ba"``), and so is
     anything else that is no collection (``None``, a number)."""
-    listed = isinstance(tags, Iterable) and not isinstance(tags, (str, bytes))
+    listed = type(tags) in (list, tuple) or (
+        isinstance(tags, Iterable) and not isinstance(tags, (str, bytes))
+    )
     found = tuple(tags) if listed else None
     if found is None or not all(isinstance(tag, str) for tag in found):
         raise RequestValidationError(f"cache tags must be a list of strings, got {tags!r}")
