@@ -201,6 +201,18 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
+def no_collection() -> Iterator[None]:
+    """The cyclic garbage collector off (as between two of its rare full passes in a busy
+    service): what is given back here is given back by reference counting alone."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.fixture
 def fake() -> Iterator[FakeProvider]:
     with FakeProvider(model="fake-model", name="primary") as server:
         yield server

@@ -27,18 +27,6 @@ SLOW_STREAM = Fault(inter_token_delay=0.2)  # six chunks over about a second
 
 
 @pytest.fixture
-def no_collection() -> Iterator[None]:
-    """The cyclic garbage collector off (as between two of its rare full passes in a busy
-    service): what is given back here is given back by reference counting alone."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-@pytest.fixture
 def events() -> list[CallEvent]:
     """The CallEvents the ``guard`` fixture's hook receives."""
     return []

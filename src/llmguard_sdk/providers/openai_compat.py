@@ -152,7 +152,7 @@ class OpenAICompatibleProvider(_Streams):
         self._async_library = async_library(http_library, async_transport)
         self._lock = threading.Lock()
         self._pool: Pool | None = None  # the sync client and its transport
-        self._apools = PerLoop(self._new_async_pool)
+        self._apools = PerLoop(self._new_async_pool, close=self._close_loop_pool)
         self._builders: dict[str, RequestBuilder] = {}  # per library: its clients' headers
 
     def __repr__(self) -> str:
@@ -202,6 +202,12 @@ class OpenAICompatibleProvider(_Streams):
         )
         client = module.AsyncClient(headers=self._headers, limits=limits, transport=transport)
         return Pool(module, client, transport)
+
+    async def _close_loop_pool(self, pool: Pool) -> None:
+        """A loop's pool, as its loop shuts down: its connections closed, unless its transport
+        is yours (``async_transport``: every loop's pool sends through it, so it stays open)."""
+        if self._async_transport is None:
+            await pool.client.aclose()
 
     def close(self) -> None:
         """Close the sync connection pool.
