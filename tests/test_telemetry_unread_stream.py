@@ -13,7 +13,6 @@ from llmguard_sdk import CallEvent, Guard
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
-from .test_stream_dropped import no_collection as no_collection  # (the fixture)
 from .test_telemetry import Exported, call_span, exporting
 
 MakeGuard = Callable[..., Guard]
