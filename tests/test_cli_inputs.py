@@ -62,13 +62,13 @@ _PRESSED_WHILE_LOADING = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-class Press:  # a finder that finds nothing: it presses Ctrl-C as the demo's module is looked for
+class Press:  # a finder that finds nothing: it presses Ctrl-C as the module is looked for
     def find_spec(self, name, path=None, target=None):
-        if name == "llmguard_sdk.cli._demo":
+        if name == {pressed!r}:
             signal.raise_signal(signal.SIGINT)
 
 sys.meta_path.insert(0, Press())
-from llmguard_sdk.cli import main
+from llmguard_sdk.cli import main  # (as the console script starts)
 sys.exit(main(["cost", "models", "gpt-4o"]))
 """
 
@@ -77,7 +77,18 @@ def test_a_ctrl_c_while_the_commands_modules_load_is_one_line_and_status_130() -
     """A Ctrl-C as ``from llmguard_sdk.cli import main`` imported the commands' modules (a
     Guard, its providers, the caches: the slow part of a start) printed a traceback. The
     signal is a real SIGINT, raised as the demo's module is looked for."""
-    done = run_python(_PRESSED_WHILE_LOADING)
+    done = run_python(_PRESSED_WHILE_LOADING.format(pressed="llmguard_sdk.cli._demo"))
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr == "llmguard: interrupted\n"
+    assert done.stdout == ""
+
+
+def test_a_ctrl_c_while_the_package_loads_is_one_line_and_status_130() -> None:
+    """The console script imports ``llmguard_sdk.cli``, and with it the package: which
+    imported the Guard and all the rest before any of the command's code ran, so a Ctrl-C
+    then printed a traceback. The package imports its modules at their first use now: the
+    Guard's module is imported inside the command, where a Ctrl-C is caught."""
+    done = run_python(_PRESSED_WHILE_LOADING.format(pressed="llmguard_sdk.guard"))
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr == "llmguard: interrupted\n"
     assert done.stdout == ""

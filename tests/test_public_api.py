@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import subprocess
 import sys
 import types
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -187,6 +189,46 @@ def test_import_loads_neither_redis_nor_numpy() -> None:
     print(f"modules loaded by import llmguard_sdk (of the heavy ones): {sorted(loaded)}")
 
 
+def test_import_loads_none_of_the_packages_modules() -> None:
+    """``import llmguard_sdk`` imported every module of the package (the Guard, providers,
+    caches, pydantic's models, httpx, anyio): a third of a second of CPU before any code of
+    the caller's, or of the ``llmguard`` command's, ran. Each public name is imported at
+    its first use now, and is the very object its module defines."""
+    code = (
+        "import json, sys; import llmguard_sdk; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('llmguard_sdk', 'pydantic', 'httpx', 'anyio'))))"
+    )
+    assert _printed_by_fresh_python(code) == ["llmguard_sdk", "llmguard_sdk._version"]
+    star = (
+        "import json, sys; from llmguard_sdk import *; import llmguard_sdk; "
+        "print(json.dumps(sorted(n for n in llmguard_sdk.__all__ if n in globals() "
+        "and n in dir(llmguard_sdk))))"
+    )
+    assert _printed_by_fresh_python(star) == sorted(EXPECTED)
+
+
+def _printed_by_fresh_python(code: str) -> Any:
+    """The JSON ``code`` prints, run by a fresh interpreter."""
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    return json.loads(found.stdout)
+
+
+def test_a_public_name_is_its_modules_object() -> None:
+    """``llmguard_sdk.X`` is the object of the module that defines it (one class, not a
+    copy); a submodule is an attribute too, as the eager imports made it; an unknown name
+    is an AttributeError."""
+    assert llmguard_sdk.Guard is importlib.import_module("llmguard_sdk.guard").Guard
+    assert llmguard_sdk.LLMGuardError is llmguard_sdk.errors.LLMGuardError
+    assert llmguard_sdk.MemoryStore is llmguard_sdk.store.MemoryStore
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        _ = llmguard_sdk.NoSuchName
+    with pytest.raises(ImportError):
+        from llmguard_sdk import no_such_module  # noqa: F401
+
+
 def test_import_time_is_reported() -> None:
     """tools/import_time.py measures ``import llmguard_sdk`` (``-X importtime``) and says it."""
     from pathlib import Path
@@ -248,13 +290,18 @@ def _assignment_documented(module_name: str, name: str, depth: int = 0) -> bool:
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             after = body[index + 1] if index + 1 < len(body) else None
             return isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-        if isinstance(node, ast.ImportFrom):
-            for alias in node.names:
+        imports = [node]  # (a package imports its names at their first use: TYPE_CHECKING)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            imports = [child for child in node.body if isinstance(child, ast.ImportFrom)]
+        for statement in imports:
+            if not isinstance(statement, ast.ImportFrom):
+                continue
+            for alias in statement.names:
                 if (alias.asname or alias.name) == name:
                     package = module_name  # a package's own __init__, else its parent
                     if not spec.submodule_search_locations:
                         package = module_name.rpartition(".")[0]
-                    relative = "." * node.level + (node.module or "")
+                    relative = "." * statement.level + (statement.module or "")
                     origin = importlib.util.resolve_name(relative, package)
                     return _assignment_documented(origin, alias.name, depth + 1)
     return False

@@ -8,99 +8,104 @@ it returns, and the errors it raises. A stage used on its own has its own packag
 everything in a module whose name starts with an underscore is private. Start with
 :class:`Guard`.
 
-``import llmguard_sdk`` imports neither redis nor numpy nor OpenTelemetry: they are imported
+``import llmguard_sdk`` imports none of its modules: each public name is imported from its
+module at its first use (``from llmguard_sdk import Guard`` imports the Guard's), so that a
+process that needs one part (the ``llmguard`` command, a script that catches an error) does
+not pay for all of them. Nor does it import redis, numpy or OpenTelemetry: they are imported
 when a Redis store, a semantic cache or a :class:`Telemetry` (a Guard's by default) is first
 used.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._core.stages import InputFilter, OutputFilter
-from ._core.streams import AsyncChatStream, ChatStream
-from ._loops import PerLoop
 from ._version import __version__
-from .breaker import BreakerPolicy, Breakers, BreakerTransition
-from .budget import Budget, BudgetEvent, Budgets, Price, PriceTable, UsageRecorder
-from .cache import (
-    BertEmbedder,
-    Embedder,
-    HashingEmbedder,
-    HybridEmbedder,
-    LlamaCppEmbedder,
-    OpenAIEmbedder,
-    ResponseCache,
-)
-from .classify import classify_exception, usage_from_result
-from .client import (
-    AsyncChunkStream,
-    AsyncGuardedClient,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChunkStream,
-    GuardedClient,
-)
-from .config import GuardSettings
-from .context import CallEvent, Hook, RetryDetails, Scope, current_scope, scoped
-from .errors import (
-    AllRoutesFailedError,
-    AuthenticationError,
-    BadRequestError,
-    BatchSplitWarning,
-    BudgetExceededError,
-    BudgetUnavailableError,
-    CanaryNotFoundError,
-    CircuitOpenError,
-    ConfigurationError,
-    ContentPolicyError,
-    ContextLengthExceededError,
-    DroppedParameterWarning,
-    EmptyStreamError,
-    GuardrailRejectedError,
-    InputTooLargeError,
-    LLMGuardError,
-    LocalContextWarning,
-    MalformedResponseError,
-    MovingModelAliasError,
-    PromptLintError,
-    ProviderBusyError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    RateLimitConfigWarning,
-    RateLimitedError,
-    RateLimitExceededError,
-    RefusedError,
-    RejectedResultError,
-    ReleaseConflictError,
-    RequestValidationError,
-    RetryMultiplicationWarning,
-    SettingsValidationError,
-    StoreUnavailableError,
-    StreamInterruptedError,
-    TelemetryConfigWarning,
-    UnknownModelError,
-    UnknownModelPriceError,
-    UnknownSettingWarning,
-    UnsupportedRequestError,
-)
-from .guard import ChatOptions, Guard
-from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
-from .prompts import PrefixCacheStats, PromptBuilder
-from .providers import (
-    AnthropicProvider,
-    LocalProvider,
-    OpenAICompatibleProvider,
-    OpenAIResponsesProvider,
-    Provider,
-)
-from .ratelimit import RateLimit
-from .retry import RetryBudgetPolicy, RetryPolicy
-from .router import Cascade, DeploymentGroup, Rule, TaskRouter
-from .store import MemoryStore, RedisClusterStore, RedisStore, Store
-from .tokens import TokenCount, count_request_tokens, count_text_tokens
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (at run time: __getattr__ below imports each at its first use)
+    from ._core.stages import InputFilter, OutputFilter
+    from ._core.streams import AsyncChatStream, ChatStream
+    from ._loops import PerLoop
+    from .breaker import BreakerPolicy, Breakers, BreakerTransition
+    from .budget import Budget, BudgetEvent, Budgets, Price, PriceTable, UsageRecorder
+    from .cache import (
+        BertEmbedder,
+        Embedder,
+        HashingEmbedder,
+        HybridEmbedder,
+        LlamaCppEmbedder,
+        OpenAIEmbedder,
+        ResponseCache,
+    )
+    from .classify import classify_exception, usage_from_result
+    from .client import (
+        AsyncChunkStream,
+        AsyncGuardedClient,
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChunkStream,
+        GuardedClient,
+    )
+    from .config import GuardSettings
+    from .context import CallEvent, Hook, RetryDetails, Scope, current_scope, scoped
+    from .errors import (
+        AllRoutesFailedError,
+        AuthenticationError,
+        BadRequestError,
+        BatchSplitWarning,
+        BudgetExceededError,
+        BudgetUnavailableError,
+        CanaryNotFoundError,
+        CircuitOpenError,
+        ConfigurationError,
+        ContentPolicyError,
+        ContextLengthExceededError,
+        DroppedParameterWarning,
+        EmptyStreamError,
+        GuardrailRejectedError,
+        InputTooLargeError,
+        LLMGuardError,
+        LocalContextWarning,
+        MalformedResponseError,
+        MovingModelAliasError,
+        PromptLintError,
+        ProviderBusyError,
+        ProviderError,
+        ProviderTimeoutError,
+        ProviderUnavailableError,
+        RateLimitConfigWarning,
+        RateLimitedError,
+        RateLimitExceededError,
+        RefusedError,
+        RejectedResultError,
+        ReleaseConflictError,
+        RequestValidationError,
+        RetryMultiplicationWarning,
+        SettingsValidationError,
+        StoreUnavailableError,
+        StreamInterruptedError,
+        TelemetryConfigWarning,
+        UnknownModelError,
+        UnknownModelPriceError,
+        UnknownSettingWarning,
+        UnsupportedRequestError,
+    )
+    from .guard import ChatOptions, Guard
+    from .models import ChatRequest, ChatResponse, Message, StreamChunk, Timings, Usage
+    from .prompts import PrefixCacheStats, PromptBuilder
+    from .providers import (
+        AnthropicProvider,
+        LocalProvider,
+        OpenAICompatibleProvider,
+        OpenAIResponsesProvider,
+        Provider,
+    )
+    from .ratelimit import RateLimit
+    from .retry import RetryBudgetPolicy, RetryPolicy
+    from .router import Cascade, DeploymentGroup, Rule, TaskRouter
+    from .store import MemoryStore, RedisClusterStore, RedisStore, Store
     from .telemetry import Telemetry
+    from .tokens import TokenCount, count_request_tokens, count_text_tokens
+
 
 __all__ = [
     "AllRoutesFailedError",
@@ -213,11 +218,55 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """:class:`Telemetry` (and with it OpenTelemetry's API), imported at its first use."""
-    if name == "Telemetry":
-        from .telemetry import Telemetry
+# Where each public name is defined (the errors: every other name of __all__)
+_HOMES = {
+    "_core.stages": "InputFilter OutputFilter",
+    "_core.streams": "AsyncChatStream ChatStream",
+    "_loops": "PerLoop",
+    "breaker": "BreakerPolicy Breakers BreakerTransition",
+    "budget": "Budget BudgetEvent Budgets Price PriceTable UsageRecorder",
+    "cache": "BertEmbedder Embedder HashingEmbedder HybridEmbedder LlamaCppEmbedder OpenAIEmbedder "
+    "ResponseCache",
+    "classify": "classify_exception usage_from_result",
+    "client": "AsyncChunkStream AsyncGuardedClient ChatCompletion ChatCompletionChunk ChunkStream "
+    "GuardedClient",
+    "config": "GuardSettings",
+    "context": "CallEvent Hook RetryDetails Scope current_scope scoped",
+    "guard": "ChatOptions Guard",
+    "models": "ChatRequest ChatResponse Message StreamChunk Timings Usage",
+    "prompts": "PrefixCacheStats PromptBuilder",
+    "providers": "AnthropicProvider LocalProvider OpenAICompatibleProvider OpenAIResponsesProvider "
+    "Provider",
+    "ratelimit": "RateLimit",
+    "retry": "RetryBudgetPolicy RetryPolicy",
+    "router": "Cascade DeploymentGroup Rule TaskRouter",
+    "store": "MemoryStore RedisClusterStore RedisStore Store",
+    "tokens": "TokenCount count_request_tokens count_text_tokens",
+    "telemetry": "Telemetry",
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names.split()}
+_HOME.update((name, "errors") for name in __all__ if name not in _HOME and name != "__version__")
 
-        globals()["Telemetry"] = Telemetry  # (later reads: a plain attribute)
-        return Telemetry
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module at its first read (``from llmguard_sdk import
+    Guard`` and ``llmguard_sdk.Guard`` alike), then held as a plain attribute; a submodule
+    (``llmguard_sdk.errors``) is imported as it is named, as the eager imports made it one."""
+    home = _HOME.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    elif not name.startswith("__"):
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise  # (a package the submodule needs is missing: say that one)
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # (later reads: a plain attribute)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
