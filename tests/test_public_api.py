@@ -208,6 +208,18 @@ def test_import_loads_none_of_the_packages_modules() -> None:
     assert _printed_by_fresh_python(star) == sorted(EXPECTED)
 
 
+def test_importing_the_guard_compiles_no_tokenizer_patterns() -> None:
+    """``Field(default_factory=list)`` in a config model made pydantic read ``list``'s
+    signature from its text as the Guard's modules were imported, which on Python 3.11
+    compiled the tokenizer's patterns: some 20 ms, nothing the import needed."""
+    code = (
+        "import json, tokenize; from llmguard_sdk import Guard; "
+        "info = getattr(tokenize, '_compile', None); "
+        "print(json.dumps(info.cache_info().currsize if hasattr(info, 'cache_info') else 0))"
+    )
+    assert _printed_by_fresh_python(code) == 0
+
+
 def _printed_by_fresh_python(code: str) -> Any:
     """The JSON ``code`` prints, run by a fresh interpreter."""
     found = subprocess.run(
