@@ -208,6 +208,44 @@ def test_import_loads_none_of_the_packages_modules() -> None:
     assert _printed_by_fresh_python(star) == sorted(EXPECTED)
 
 
+@pytest.mark.parametrize(
+    "module",
+    [
+        "llmguard_sdk._core.assembly",
+        "llmguard_sdk._quick_request",
+        "llmguard_sdk.telemetry.redaction",
+        "llmguard_sdk.transport._chat",
+        "llmguard_sdk._anthropic_client",
+    ],
+)
+def test_a_module_imported_first_finds_its_cycle_whole(module: str) -> None:
+    """``import llmguard_sdk`` imported every module in one order, so that a module imported
+    first by name found the modules it shares a cycle with already built. Now that it imports
+    none, these were an ImportError in a fresh interpreter ("partially initialized module")."""
+    assert _printed_by_fresh_python(f"import json, {module}; print(json.dumps(1))") == 1
+
+
+@pytest.mark.slow  # a fresh interpreter for each of the package's modules
+def test_every_module_of_the_package_imports_first() -> None:
+    """Each module of the package (and each public name), imported first in a fresh
+    interpreter, imports: no cycle meets a module half-built."""
+    import pkgutil
+
+    names = [m.name for m in pkgutil.walk_packages(llmguard_sdk.__path__, "llmguard_sdk.")]
+    statements = [f"import {name}" for name in names]
+    statements += [f"from llmguard_sdk import {name}" for name in llmguard_sdk.__all__]
+    failed = []
+    for statement in statements:
+        done = subprocess.run(
+            [sys.executable, "-c", statement], capture_output=True, text=True, timeout=120
+        )
+        said = (done.stderr.strip().splitlines() or [""])[-1]
+        optional = said.startswith("ModuleNotFoundError") and "llmguard_sdk" not in said
+        if done.returncode != 0 and not optional:  # (an optional package not installed)
+            failed.append(f"{statement}: {said}")
+    assert not failed
+
+
 def test_importing_the_guard_compiles_no_tokenizer_patterns() -> None:
     """``Field(default_factory=list)`` in a config model made pydantic read ``list``'s
     signature from its text as the Guard's modules were imported, which on Python 3.11

@@ -417,7 +417,7 @@ def validate_request(data: ChatRequest | dict[str, Any]) -> ChatRequest:
     """
     if isinstance(data, ChatRequest):
         return data
-    if type(data) is dict and (quick := quick_request(data)) is not None:
+    if type(data) is dict and (quick := _quick_request.quick_request(data)) is not None:
         return quick  # (the common shape, checked without pydantic: the same request)
     try:
         return ChatRequest.model_validate(data)
@@ -557,4 +557,4 @@ class StreamChunk(BaseModel):
     _usage_so_far: Usage | None = PrivateAttr(default=None)
 
 
-from ._quick_request import quick_request  # noqa: E402  (it builds this module's models)
+from . import _quick_request  # noqa: E402  (it builds this module's models; a module: imported first, it imports this one)

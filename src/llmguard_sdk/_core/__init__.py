@@ -8,3 +8,9 @@
 - :mod:`.assembly`: chunks of a stream assembled into the response they add up to.
 - :mod:`.streams`: :class:`ChatStream` and :class:`AsyncChatStream`.
 """
+
+# The providers first: they import this package's modules (.assembly) as they load, and
+# .assembly imports them; entered from this side (a module here imported before the
+# providers, now that ``import llmguard_sdk`` no longer imports them), the cycle met
+# .assembly half-built. (The Guard imports the providers anyway: this costs nothing.)
+from .. import providers as _providers  # noqa: F401

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..telemetry.redaction import redact_secrets
+from ..telemetry import redaction  # (a module: redaction imported first imports this one)
 from ._base import LLMGuardError
 
 __all__ = [
@@ -53,12 +53,12 @@ class ProviderError(LLMGuardError):
         request_sent: bool = True,
     ) -> None:
         # Providers echo credentials in error texts ("Incorrect API key provided: sk-...").
-        super().__init__(redact_secrets(message))
+        super().__init__(redaction.redact_secrets(message))
         self.route = route
         self.status_code = status_code
         self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
         self.retry_after = retry_after
-        self.body = redact_secrets(body) if body is not None else None
+        self.body = redaction.redact_secrets(body) if body is not None else None
         self.request_sent = request_sent
 
     def __str__(self) -> str:
