@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import Any
 
@@ -156,3 +156,41 @@ def test_a_wait_submitted_as_its_loop_is_given_up_runs_on_the_fresh_one(
         sys.settrace(before)
     assert stopped == [True]
     assert text == "Echo: hello there [checked]"
+
+
+def test_a_given_up_loop_closes_its_per_loop_clients_and_open_generators(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A given-up filter loop shuts down as ``asyncio.run()``'s does before it closes: the
+    ``httpx.AsyncClient`` a filter kept there with ``PerLoop`` is closed, and a generator a
+    filter left unfinished there runs its ``finally`` (both were only forgotten: the loop
+    was closed without ``shutdown_asyncgens()``)."""
+    clients = PerLoop(lambda: httpx.AsyncClient(timeout=10.0))
+    made: list[httpx.AsyncClient] = []
+    ended: list[str] = []
+    left_open: list[AsyncIterator[int]] = []
+
+    async def numbers() -> AsyncIterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            ended.append("numbers")
+
+    async def per_loop(response: ChatResponse) -> None:
+        client = clients.get()
+        await client.get(fake.base_url + "/v1/models")
+        made.append(client)
+        if not left_open:
+            left_open.append(numbers())
+            assert await anext(left_open[0]) == 1
+
+    guard = make_guard(fake, output_filters=[per_loop])
+    assert guard.chat(USER, timeout=BOUND_S).text == "Echo: hello there"
+    assert not made[0].is_closed
+    give_up_the_loop(fake, make_guard)
+    assert made[0].is_closed
+    assert ended == ["numbers"]
+    assert guard.chat(USER, timeout=BOUND_S).text == "Echo: hello there"
+    assert made[1] is not made[0]
+    assert not made[1].is_closed

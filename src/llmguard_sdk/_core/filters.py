@@ -19,7 +19,10 @@ for its own filter until its own deadline (and a grace), then fails with
 :class:`~llmguard_sdk.errors.ProviderTimeoutError`; a call whose wait ends so finds out
 whether the loop still turns (a callback posted at its deadline ran within the grace), and
 if it does not, the loop is given up: later calls get a fresh one, and the old one runs on
-until the waits it has left end (each finishes, or ends at its call's deadline); a client a
+until the waits it has left end (each finishes, or ends at its call's deadline), then shuts
+down as ``asyncio.run()``'s loop does at its end: the async generators still open on it are
+closed (a :class:`~llmguard_sdk.PerLoop` object kept there, and a filter's own unfinished
+generator, whose ``finally`` runs), waited for 10 s at most. A client a
 filter kept on it fails on the fresh one with a
 :class:`~llmguard_sdk.errors.ConfigurationError` that says so. A loop held by a sync call
 that a filter made (``guard.chat`` in an ``async def`` filter) is not given up: that call is
@@ -349,9 +352,31 @@ async def _retired() -> None:
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """Run ``loop`` until it is given up and its waits ended; then close it."""
+    """Run ``loop`` until it is given up and its waits ended; then shut it down as
+    ``asyncio.run()`` does at its end (:func:`_shut_down`) and close it."""
     loop.run_forever()
-    loop.close()
+    try:
+        _shut_down(loop)
+    finally:
+        loop.close()  # (its default executor: shut down, not waited for)
+
+
+def _shut_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the async generators still open on ``loop`` (``loop.shutdown_asyncgens()``, as
+    at ``asyncio.run()``'s end): a :class:`~llmguard_sdk.PerLoop` object kept on it is
+    closed (an ``httpx.AsyncClient`` a filter keeps), and so is a generator of a filter's
+    left unfinished (its ``finally`` runs). Waited for :data:`_SHUTDOWN_S` at most; a close
+    still running then is cancelled, and waited for a grace more."""
+    closing = loop.create_task(loop.shutdown_asyncgens())
+    loop.run_until_complete(asyncio.wait({closing}, timeout=_SHUTDOWN_S))
+    if not closing.done():
+        closing.cancel()
+        loop.run_until_complete(asyncio.wait({closing}, timeout=_GRACE_S))
+
+
+_SHUTDOWN_S = 10.0
+"""How long a stopped filter loop waits for its async generators' close at most (a
+:class:`~llmguard_sdk.PerLoop` object's close is bounded by 5 s of its own)."""
 
 
 _LOOP = _FilterLoop()
