@@ -9,6 +9,7 @@ import http.client
 import http.server
 import io
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from llmguard_sdk import ChatRequest, OpenAICompatibleProvider
 from llmguard_sdk.errors import ProviderTimeoutError, ProviderUnavailableError
+from llmguard_sdk.providers._abort import Abort, abortable
 from llmguard_sdk.providers._http11 import DEADLINE, StdlibTransport
 from llmguard_sdk.providers._http11_wire import StdlibResponse
 from llmguard_sdk.testing import FakeProvider
@@ -95,7 +97,29 @@ def test_the_pool_bounds_connections_and_frees_them_when_a_body_is_read() -> Non
             post(transport, url)
 
 
-def test_a_body_cut_short_is_an_error_not_a_short_answer() -> None:
+def test_a_pool_wait_under_an_abort_leaves_nothing_for_a_later_abort_to_stop() -> None:
+    """A hedge leg's wait for a free connection registers a wake-up with the leg's abort;
+    once the wait ends (its pool timeout, or a connection freed for it) the wake-up is
+    removed: an abort after it has nothing to stop. Each ended wait's was kept, so the
+    race's halt of that loser waited its grace for a call it could not stop."""
+    with FakeProvider() as fake:
+        transport = StdlibTransport(httpx.Limits(max_connections=1))
+        url = f"{fake.base_url}/chat/completions"
+        abort = Abort()
+        held = post(transport, url)  # the only connection, in use
+        with abortable(abort):
+            for _ in range(20):
+                with pytest.raises(httpx.PoolTimeout):
+                    post(transport, url, {**TIMEOUTS, "pool": 0.01})
+            freeing = threading.Timer(0.2, held.close)  # (freed while it waits, or before)
+            freeing.start()
+            try:
+                post(transport, url).close()
+            finally:
+                freeing.join()
+        assert abort.abort() is False
+        transport.close()
+
     head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n"
     with RawServer(head, (BODY,)) as server:  # then the connection closes
         transport = StdlibTransport()

@@ -118,6 +118,16 @@ def test_an_aborted_calls_backoff_ends_at_once() -> None:
         sleep(30.0)
 
 
+def test_a_backoff_that_ended_leaves_nothing_for_a_later_abort_to_stop() -> None:
+    """A backoff's wake-up is removed once it ends: an abort after many backoffs has nothing
+    to stop (each one's was kept: the abort counted them as a wait it stops)."""
+    abort = Abort()
+    with abortable(abort):
+        for _ in range(20):
+            sleep(0.0)
+    assert abort.abort() is False
+
+
 class _Blocking:
     """A provider of the user's own (a vendor SDK's blocking call inside) that registers no
     way to stop it: it answers once released."""

@@ -50,6 +50,12 @@ class Abort:
                 return
         _run(callback)
 
+    def forget(self, callback: Callable[[], object]) -> None:
+        """Remove ``callback`` (the wait it stops has ended): a later :meth:`abort` neither
+        runs it nor counts it as a call it stops."""
+        with self._lock, contextlib.suppress(ValueError):  # (run already, or never registered)
+            self._callbacks.remove(callback)
+
     def abort(self) -> bool:
         """Stop the call: run every callback registered, and any registered from now on.
         Whether any had been (the call waited on something that stops it: it ends now)."""
@@ -83,12 +89,21 @@ def abortable(abort: Abort) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
-def when_aborted(callback: Callable[[Any], object], argument: Any) -> None:
+def when_aborted(callback: Callable[[Any], object], argument: Any) -> Callable[[], None]:
     """Register ``callback(argument)`` with the :class:`Abort` the current call runs under,
-    if any (nothing is built when none: this is on every call's path)."""
+    if any (nothing is built when none: this is on every call's path). Returns how to remove
+    it once the wait it stops has ended (else a later abort counts it, and the race's halt
+    waits its grace for a call it cannot stop)."""
     abort = _CURRENT.get()
-    if abort is not None:
-        abort.on_abort(functools.partial(callback, argument))
+    if abort is None:
+        return _nothing
+    registered = functools.partial(callback, argument)
+    abort.on_abort(registered)
+    return functools.partial(abort.forget, registered)
+
+
+def _nothing() -> None:
+    """Nothing to remove (no abort)."""
 
 
 def aborted() -> bool:
@@ -105,5 +120,9 @@ def sleep(seconds: float) -> None:
         time.sleep(seconds)
         return
     woken = threading.Event()
-    abort.on_abort(woken.set)
-    woken.wait(seconds)
+    wake = woken.set
+    abort.on_abort(wake)
+    try:
+        woken.wait(seconds)
+    finally:
+        abort.forget(wake)  # (a later abort: nothing of this backoff to stop)

@@ -36,7 +36,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -145,36 +145,41 @@ class StdlibTransport(httpx.BaseTransport):
         """An idle connection to ``origin`` that the server has not closed, else a new one
         once fewer than ``max_connections`` are open (waiting up to the pool timeout)."""
         wait_until = _until(timeouts.get("pool"))
-        woken = False  # whether an abort of the call wakes its wait
-        with self._freed:
-            while True:
-                if self._closed:
-                    raise RuntimeError("Cannot send a request, as the transport has been closed.")
-                for expired in sweep_expired(self._idle, self._sweep, self._fresh):
-                    self._open -= 1  # (one origin's: each call looks at the next)
-                    self._freed.notify()
-                    expired.close()
-                pooled = self._idle.get(origin)
-                while pooled:
-                    connection, since = pooled.pop()
-                    if self._fresh(since) and _reusable(connection):
-                        return connection
-                    self._open -= 1
-                    connection.close()
-                if self._max is not None and self._open >= self._max:
-                    self._close_an_idle_one()  # of another origin: room for this one
-                if self._max is None or self._open < self._max:
-                    self._open += 1
-                    break
-                left = _left(wait_until)
-                if left == 0:
-                    raise httpx.PoolTimeout("no connection free within the pool timeout")
-                if not woken:  # a hedge race's loser: not left waiting until its deadline
-                    woken = True
-                    when_aborted(_wake_all, self._freed)
-                if aborted():
-                    raise httpx.ConnectError(ABANDONED)
-                self._freed.wait(left)
+        unwake: Callable[[], None] | None = None  # removes the abort's wake-up of the wait
+        try:
+            with self._freed:
+                while True:
+                    if self._closed:
+                        raise RuntimeError(
+                            "Cannot send a request, as the transport has been closed."
+                        )
+                    for expired in sweep_expired(self._idle, self._sweep, self._fresh):
+                        self._open -= 1  # (one origin's: each call looks at the next)
+                        self._freed.notify()
+                        expired.close()
+                    pooled = self._idle.get(origin)
+                    while pooled:
+                        connection, since = pooled.pop()
+                        if self._fresh(since) and _reusable(connection):
+                            return connection
+                        self._open -= 1
+                        connection.close()
+                    if self._max is not None and self._open >= self._max:
+                        self._close_an_idle_one()  # of another origin: room for this one
+                    if self._max is None or self._open < self._max:
+                        self._open += 1
+                        break
+                    left = _left(wait_until)
+                    if left == 0:
+                        raise httpx.PoolTimeout("no connection free within the pool timeout")
+                    if unwake is None:  # a hedge race's loser: not left waiting till its deadline
+                        unwake = when_aborted(_wake_all, self._freed)
+                    if aborted():
+                        raise httpx.ConnectError(ABANDONED)
+                    self._freed.wait(left)
+        finally:
+            if unwake is not None:  # (the wait ended: a later abort has nothing to wake)
+                unwake()
         try:
             return self._connect(origin, timeouts, deadline)
         except BaseException:
