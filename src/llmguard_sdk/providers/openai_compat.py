@@ -91,6 +91,12 @@ class OpenAICompatibleProvider(_Streams):
             larger context).
         transport, async_transport: httpx transports, for tests or custom networking
             (``async_transport`` may be an httpx2 one: async calls then use httpx2).
+            ``async_transport`` is shared by every event loop's pool, and yours to close: a
+            keep-alive ``httpx.AsyncHTTPTransport()`` fails on a second ``asyncio.run()``
+            with ``RuntimeError: Event loop is closed`` (its kept connections belong to the
+            first loop). Give each loop its own (an ``AsyncBaseTransport`` that sends through
+            ``PerLoop(httpx.AsyncHTTPTransport).get()``, each closed as its loop shuts down),
+            or turn keep-alive off (``limits=httpx.Limits(max_keepalive_connections=0)``).
         http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
             where it is installed, else httpx (or the library of ``async_transport``).
 
