@@ -27,10 +27,12 @@ from llmguard_sdk import (
 )
 from llmguard_sdk._core.assembly import merge_metadata
 from llmguard_sdk.models import ChatRequest, Message, StreamChunk
+from llmguard_sdk.providers._abort import Abort, abortable
 from llmguard_sdk.providers.local import _assemble, bundled_model_path, load_llama
 from llmguard_sdk.testing import FakeProvider, Fault
 from tests.llamaserver import llama_server as running_llama_server
 from tests.localmodel import QUESTION, loaded_model, old_turns
+from tests.test_local_lifetime import HI
 
 pytestmark = pytest.mark.local_model
 
@@ -183,6 +185,19 @@ def test_a_sync_hedge_race_lost_by_the_local_model_stops_its_generation(
     # what the model holds: the prompt and the tokens generated before the abort reached it
     # (run to its end, the answer is about 300 tokens long)
     assert engine.llm.n_tokens - prompt < 60
+
+
+def test_a_finished_local_stream_leaves_nothing_for_a_later_abort_to_stop(
+    local: LocalProvider,
+) -> None:
+    """A hedge leg's local streams that ended take their abandon off the leg's abort: a later
+    abort says it stopped nothing, so the race's halt does not wait its grace for them."""
+    abort = Abort()
+    with abortable(abort):
+        for _ in range(3):
+            chunks = list(local.stream(HI, model="local", deadline=time.monotonic() + 60))
+            assert chunks
+    assert abort.abort() is False
 
 
 def test_the_model_and_its_kv_cache_live_across_calls(guard: Guard, local: LocalProvider) -> None:

@@ -345,6 +345,28 @@ def test_an_abort_shuts_down_only_the_reads_still_watched_under_it() -> None:
             sock.close()
 
 
+def test_a_cancelled_watch_leaves_nothing_for_a_later_abort_to_stop() -> None:
+    """A hedge leg's reads, each watched under its abort, that ended (their watches cancelled)
+    leave nothing for the abort: ``abort()`` says it stopped nothing, so the race's halt does
+    not wait its grace for a loser whose reads had ended (each cancelled watch's shut-down was
+    kept, and counted)."""
+    dog = _Watchdog()
+    first, first_peer = socket.socketpair()
+    abort = Abort()
+    try:
+        with abortable(abort):
+            for _ in range(20):
+                dog.cancel(dog.watch(first, time.monotonic() + 3600))
+        assert abort.abort() is False
+        assert not dog._forgets  # (nothing kept per watch once it ended)
+        first_peer.sendall(b"x")
+        first.settimeout(30)
+        assert first.recv(1) == b"x"  # untouched
+    finally:
+        first.close()
+        first_peer.close()
+
+
 def test_closing_a_stream_from_another_thread_ends_the_reader(
     fake: FakeProvider, make_guard: MakeGuard
 ) -> None:

@@ -24,7 +24,15 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ABANDONED", "Abort", "aborted", "abortable", "sleep", "when_aborted"]
+__all__ = [
+    "ABANDONED",
+    "NOTHING_TO_FORGET",
+    "Abort",
+    "aborted",
+    "abortable",
+    "sleep",
+    "when_aborted",
+]
 
 ABANDONED = "the call was abandoned (a hedge race's loser, or a closed Guard's shadow): not sent"
 """The error's words where an aborted call's request is refused before it is sent."""
@@ -104,6 +112,10 @@ def when_aborted(callback: Callable[[Any], object], argument: Any) -> Callable[[
 
 def _nothing() -> None:
     """Nothing to remove (no abort)."""
+
+
+NOTHING_TO_FORGET: Callable[[], None] = _nothing
+"""What :func:`when_aborted` returns when the call runs under no abort (nothing to keep)."""
 
 
 def aborted() -> bool:

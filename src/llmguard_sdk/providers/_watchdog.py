@@ -20,8 +20,9 @@ import itertools
 import socket
 import threading
 import time
+from collections.abc import Callable
 
-from ._abort import when_aborted
+from ._abort import NOTHING_TO_FORGET, when_aborted
 
 __all__ = ["watchdog"]
 
@@ -31,6 +32,7 @@ class _Watchdog:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int]] = []
         self._sockets: dict[int, socket.socket] = {}
+        self._forgets: dict[int, Callable[[], None]] = {}  # (watches under a hedge's abort)
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -48,13 +50,17 @@ class _Watchdog:
                 self._thread.start()
             elif earliest:
                 self._cond.notify()
-        when_aborted(self._shut_now, token)
+        forget = when_aborted(self._shut_now, token)
+        if forget is not NOTHING_TO_FORGET:
+            with self._cond:
+                self._forgets[token] = forget
         return token
 
     def _shut_now(self, token: int) -> None:
         """Shut a watched socket down now (nothing when its watch was cancelled)."""
         with self._cond:
             sock = self._sockets.pop(token, None)
+            self._forgets.pop(token, None)
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -63,12 +69,16 @@ class _Watchdog:
         """Forget a socket whose call finished in time. A cancelled watch leaves its heap
         entry behind until its deadline, so the heap is rebuilt from the live watches once
         cancelled ones make up most of it (amortised O(1) a call; it held one entry per call
-        of the last deadline's length)."""
+        of the last deadline's length). Under a hedge's abort, the watch is taken off it too:
+        a later abort of a call whose read had ended counted it as a wait it stopped."""
         with self._cond:
             self._sockets.pop(token, None)
+            forget = self._forgets.pop(token, None)
             if len(self._heap) > 2 * len(self._sockets) + 64:
                 self._heap = [entry for entry in self._heap if entry[1] in self._sockets]
                 heapq.heapify(self._heap)
+        if forget is not None:
+            forget()
 
     def _run(self) -> None:
         while True:

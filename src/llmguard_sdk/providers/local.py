@@ -324,7 +324,7 @@ class LocalProvider(_Streams):
         _check_timing(call.deadline, call.idle_timeout)  # (NaN: no wait at all, a timeout)
         _check_servable(call.request, self.name)
         job = self._submit(call.request, call.deadline)
-        when_aborted(_abandon, job)  # a sync hedge race's loser: stopped now
+        forget = when_aborted(_abandon, job)  # a sync hedge race's loser: stopped now
         try:
             while True:
                 item = _take(job, self.name, call.deadline, call.idle_timeout)
@@ -332,6 +332,7 @@ class LocalProvider(_Streams):
                     return
                 yield item
         finally:
+            forget()  # (ended: a later abort has nothing of this stream to stop)
             _abandon(job)
 
     async def _astream(self, call: StreamCall) -> AsyncGenerator[StreamChunk, None]:
