@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging  # noqa: F401  (imported before the at-fork hook below is registered: see there)
 import os
 import sys
 import threading
@@ -99,6 +100,10 @@ def _loads_done_before_fork() -> None:
     _join([thread for thread in loading if thread.is_alive()], _FORK_WAIT_S)
 
 
+# Python runs the before-fork hooks in the reverse order of their registration, and logging's
+# takes its module lock: registered after it (logging is imported above), this one waits for
+# the loads first, while a load may still need that lock (a module it imports gets a logger).
+# Registered before it, a fork waited 30 s, then forked with the load's locks held.
 if hasattr(os, "register_at_fork"):  # (not on Windows)
     os.register_at_fork(before=_loads_done_before_fork)
 
