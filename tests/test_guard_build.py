@@ -27,7 +27,7 @@ routes = [
     OpenAICompatibleProvider("http://127.0.0.1:9/v1", model="text-davinci-003", name="b"),
 ]
 with tokens._lock:  # the load cannot finish while the Guard is built: built all the same
-    guard = Guard(routes, environ={}, telemetry=False)
+    guard = Guard(routes, environ={}, telemetry=False, max_input_tokens=100_000)
     during = tokens._encoding_loaded
 loader = [t for t in threading.enumerate() if t.name == "llmguard-tokenizer"]
 for thread in loader:
@@ -40,9 +40,9 @@ guard.close()
 
 def test_a_guard_loads_the_encodings_of_its_routes_when_it_is_built() -> None:
     """The first token count loaded tiktoken's encoding (half a second) inside the first
-    call's deadline; a Guard now starts loading cl100k_base and its routes' encodings as it
-    is built, in a thread of its own, without waiting for them (a fresh interpreter, so that
-    nothing loaded them before)."""
+    call's deadline; a Guard with a stage that counts (here ``max_input_tokens``) now starts
+    loading cl100k_base and its routes' encodings as it is built, in a thread of its own,
+    without waiting for them (a fresh interpreter, so that nothing loaded them before)."""
     env = {**os.environ, "PYTHONPATH": SOURCE}
     found = subprocess.run(
         [sys.executable, "-c", _WARMED], capture_output=True, text=True, env=env, timeout=120
@@ -54,6 +54,49 @@ def test_a_guard_loads_the_encodings_of_its_routes_when_it_is_built() -> None:
     assert report["loaders"] == 1
     assert report["loaded"] is True  # cl100k_base, every count's fallback
     assert {"o200k_base", "p50k_base"} <= set(report["others"])  # the routes' own, probed
+
+
+_UNCOUNTED = """
+import json, sys, threading
+from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.testing import FakeProvider
+with FakeProvider() as fake:
+    route = OpenAICompatibleProvider(fake.base_url, api_key="k", model="gpt-4o-mini", name="a")
+    options = {"none": {}, "limit": {"max_input_tokens": 100_000}}[sys.argv[1]]
+    guard = Guard(route, environ={}, telemetry=False, **options)
+    loaders = [t for t in threading.enumerate() if t.name == "llmguard-tokenizer"]
+    for thread in loaders:
+        thread.join(60)
+    answer = guard.chat([{"role": "user", "content": "hi"}])
+    print(json.dumps({"loaders": len(loaders), "tiktoken": "tiktoken" in sys.modules,
+                      "usage": answer.usage.input_tokens, "estimated": answer.usage.estimated}))
+    guard.close()
+"""
+
+
+@pytest.mark.parametrize(("options", "loaded"), [("none", False), ("limit", True)])
+def test_a_guard_whose_stages_count_no_tokens_loads_no_tokenizer(
+    options: str, loaded: bool
+) -> None:
+    """A Guard loaded tiktoken's encodings as it was built whatever its stages (a tenth of a
+    second of CPU or more, in its first call's time: every cold start of a serverless
+    function paid it); one whose stages count no tokens (no ``max_input_tokens``, rate
+    limit, budget ...) loads none, and its first call, whose provider reports its usage,
+    imports no tiktoken (a fresh interpreter, so that nothing loaded it before)."""
+    env = {**os.environ, "PYTHONPATH": SOURCE}
+    found = subprocess.run(
+        [sys.executable, "-c", _UNCOUNTED, options],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout.strip().splitlines()[-1])
+    assert report["loaders"] == (1 if loaded else 0)
+    assert report["tiktoken"] is loaded
+    assert report["usage"] > 0  # the provider's own usage
+    assert report["estimated"] is False
 
 
 _NUMPY = """

@@ -550,14 +550,36 @@ def _seconds_or(value: object, default: float) -> float:
 
 def _start_loading(routes: Sequence[Provider], stages: Stages) -> None:
     """Start loading, in background threads, what a Guard's calls read on first use: the
-    tokenizer encodings its routes count with, the price data of its price table, numpy for
-    a semantic cache's vectors (:meth:`Guard.achat` waits for them off the event loop:
+    tokenizer encodings its routes count with (where a stage counts tokens:
+    :func:`_counts_tokens`), the price data of its price table, numpy for a semantic cache's
+    vectors (:meth:`Guard.achat` waits for them off the event loop:
     :func:`~llmguard_sdk._lazy.aloaded`). anyio's event-loop backend is imported first, here:
     the first async call would import it on the loop's thread, behind those loads."""
     _lazy.import_event_loop_backends()
-    started = [tokens.warm(route.model for route in routes)]
+    started = [tokens.warm(route.model for route in routes) if _counts_tokens(stages) else None]
     if stages.spend is not None:
         started.append(stages.spend.prices._warm())
     if stages.cache is not None and stages.cache.semantic:
         started.append(_lazy.warm("numpy"))
     _lazy.track(started)
+
+
+def _counts_tokens(stages: Stages) -> bool:
+    """Whether a stage of the Guard counts tokens with tiktoken: a ``max_input_tokens``
+    bound, a rate limit, budgets (a call's hold), deployment groups (``cheapest`` ranks by
+    the count), task routing (a rule may ask for it), a semantic cache (its hashing
+    embedder), a degraded answer or continued streams (their usage is counted). A Guard with
+    none counts only an answer its provider reported no usage for: its first call does not
+    pay for loading the encodings (a tenth of a second of CPU or more), and such a count
+    loads them then."""
+    cache = stages.cache
+    return (
+        stages.max_input_tokens is not None
+        or stages.limiter is not None
+        or (stages.spend is not None and stages.spend.active)
+        or stages.routing is not None
+        or stages.tasks is not None
+        or (cache is not None and cache.semantic)
+        or stages.degraded_text is not None
+        or stages.continue_streams
+    )
