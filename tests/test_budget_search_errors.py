@@ -14,7 +14,7 @@ import pytest
 
 from llmguard_sdk import Guard
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
-from llmguard_sdk.errors import StreamInterruptedError
+from llmguard_sdk.errors import ProviderUnavailableError, StreamInterruptedError
 from llmguard_sdk.models import ChatResponse
 from llmguard_sdk.providers import AnthropicProvider
 
@@ -60,8 +60,9 @@ def _event(data: dict[str, Any]) -> bytes:
     return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def _stream(*, whole: bool) -> bytes:
-    """The answer as Claude streams it; cut before ``message_delta`` unless ``whole``."""
+def _stream(*, whole: bool, blocks: list[dict[str, Any]] | None = None) -> bytes:
+    """The answer as Claude streams it (``blocks``: its content, :func:`_blocks` by
+    default); cut before ``message_delta`` unless ``whole``."""
     started: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
@@ -70,7 +71,7 @@ def _stream(*, whole: bool) -> bytes:
     }
     started |= {"content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}
     events = [_event({"type": "message_start", "message": started})]
-    for index, block in enumerate(_blocks()):
+    for index, block in enumerate(_blocks() if blocks is None else blocks):
         opened = {**block, "text": ""} if block["type"] == "text" else block
         begun = {"type": "content_block_start", "index": index, "content_block": opened}
         events.append(_event(begun))
@@ -87,7 +88,8 @@ def _stream(*, whole: bool) -> bytes:
 def _guard(server: RawServer, redis: tuple[str, str]) -> Guard:
     route = AnthropicProvider(f"http://127.0.0.1:{server.port}", model="claude-fake", api_key="x")
     budgets = Budgets([Budget(limit_usd=5.0)], prices=PRICES)
-    return Guard(route, budgets=budgets, environ={}, store=redis[0], key_prefix=redis[1])
+    store, prefix = redis  # (not retried: the server answers each request alike)
+    return Guard(route, budgets=budgets, environ={}, store=store, key_prefix=prefix, retry=None)
 
 
 def _spent(guard: Guard) -> tuple[float, float]:
@@ -126,6 +128,28 @@ def test_a_cut_claude_stream_is_not_charged_its_failed_search(
     with server, _guard(server, (redis_url, redis_prefix)) as guard:
         with (
             pytest.raises(StreamInterruptedError),
+            guard.chat(USER, stream=True, max_tokens=50, tools=TOOLS) as streamed,
+        ):
+            list(streamed)
+        spent, held = _spent(guard)
+    assert 0.02 < spent < 0.021
+    assert held == 0
+
+
+def test_a_claude_stream_cut_before_its_text_is_charged_the_searches_that_ran(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Cut before any text, after three searches began: the first's result came, the
+    second's is an error (not billed), the third's never came. Charged two searches ($0.02)
+    besides the prompt (before: the prompt alone): a search whose ``server_tool_use`` block
+    came counts until its result says it failed, as Anthropic's count of the searches
+    (``message_delta``'s) never came."""
+    blocks = _blocks()[:5]
+    blocks[3] = {**blocks[3], "content": FAILED}
+    server = RawServer(_stream(whole=False, blocks=blocks))
+    with server, _guard(server, (redis_url, redis_prefix)) as guard:
+        with (
+            pytest.raises(ProviderUnavailableError),  # (cut before any text)
             guard.chat(USER, stream=True, max_tokens=50, tools=TOOLS) as streamed,
         ):
             list(streamed)

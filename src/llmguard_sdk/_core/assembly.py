@@ -105,6 +105,14 @@ class Assembler:
         return bool(self._text or self._tool_calls or self._shown)
 
     @property
+    def ran_tools(self) -> bool:
+        """Whether the stream showed server-side tool uses its provider bills once run
+        (Claude's ``server_tool_use`` blocks, OpenAI's ``web_search_call`` items ...): a
+        stream cut after them is billed, text or not."""
+        shown = self._so_far
+        return shown is not None and any(getattr(shown, tool.uses) for tool in TOOLS)
+
+    @property
     def called(self) -> bool:
         """Whether part of a tool call has gone to the caller."""
         return bool(self._tool_calls)
@@ -173,12 +181,13 @@ class Assembler:
         provider's usage, else the SDK's count of what this route delivered (carried text
         aside), its text, reasoning and tool calls' arguments (:func:`_output`) as
         ``model`` counts them, and the server-side tool uses its stream showed (Claude's
-        ``server_tool_use`` blocks before ``message_delta``: billed once run); None after a
-        failure before any content (everything goes back). A stream closed before its first
-        content keeps its input tokens: the prompt was sent."""
+        ``server_tool_use`` blocks before ``message_delta``, OpenAI's tool call items before
+        ``response.completed``: billed once run); None after a failure before any content
+        or tool use (everything goes back). A stream closed before its first content keeps
+        its input tokens: the prompt was sent."""
         if self.usage is not None:
             return self.usage
-        if not (self.delivered or error is None):
+        if not (self.delivered or error is None or self.ran_tools):
             return None
         output = self.counted(model)
         used = Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)

@@ -335,7 +335,8 @@ def _stopped(
     record.end(failure)
     routes.note_attempt_timeout(ctx, route, failure)
     used = assembler.used(counting, sent, failure)
-    if used is not None and assembler.delivered:  # billed, whoever continues the call
+    if used is not None and (assembler.delivered or assembler.ran_tools):  # billed, whoever
+        # continues the call (a search run before any text: its fee and the prompt)
         ctx.unserved.append((route.name, used))
     else:  # nothing came: billed its prompt if it timed out once sent (and counted)
         used = limits.timed_out(ctx, route, reservation, failure, used)

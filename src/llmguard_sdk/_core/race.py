@@ -305,8 +305,9 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
         so_far = state.so_far.get(leg.route.name)
         if so_far is None:
             limits.cut_off(run.ctx, leg.route, leg.reservation, output)
-        else:  # its prompt as its provider counted it
-            run.ctx.unserved.append((leg.route.name, _at_least(so_far, output)))
+        else:  # its prompt as its provider counted it (else as sent), its tools' uses
+            sent = limits.sent_input(run.ctx, leg.route, leg.reservation)
+            run.ctx.unserved.append((leg.route.name, _at_least(so_far, output, sent)))
         return run.give_back_steps(leg.route, leg.reservation)
     used, headers = _answer_usage(state, leg, answered)
     run.ctx.unserved.append((leg.route.name, used))
@@ -330,9 +331,9 @@ def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict
         assembler.add(chunk)
     output = assembler.counted(limits.answer_model(ctx, leg.route, assembler.model))
     so_far = reported(buffered)
-    if so_far is not None:  # its provider's count of its prompt, its output at least
-        return _at_least(so_far, output), assembler.headers
     sent = limits.sent_input(ctx, leg.route, leg.reservation)
+    if so_far is not None:  # its provider's count of its prompt, its output at least
+        return _at_least(so_far, output, sent), assembler.headers
     return Usage(input_tokens=sent, output_tokens=output, estimated=True), assembler.headers
 
 
@@ -346,11 +347,14 @@ def reported(chunks: list[StreamChunk]) -> Usage | None:
     return None
 
 
-def _at_least(used: Usage, output: int) -> Usage:
-    """``used`` (a provider's usage so far), its output at least ``output`` (estimated)."""
-    return used.model_copy(
-        update={"output_tokens": max(used.output_tokens, output), "estimated": True}
-    )
+def _at_least(used: Usage, output: int, sent: int) -> Usage:
+    """``used`` (a provider's usage so far), its output at least ``output`` (estimated), its
+    prompt the ``sent`` tokens where the provider counted none yet (OpenAI's tool call
+    items come before its usage)."""
+    update: dict[str, Any] = {"output_tokens": max(used.output_tokens, output), "estimated": True}
+    if not used.input_tokens:
+        update["input_tokens"] = sent
+    return used.model_copy(update=update)
 
 
 def _loser_output(state: _Race, leg: _Leg) -> int:

@@ -1,7 +1,9 @@
 """The server-side tool uses a provider bills per use, read from what an answer shows:
 OpenAI's Responses output items, Claude's ``server_tool_use`` content blocks (whole, or
-streamed before ``message_delta`` gives the count: a stream cut before it is charged the uses
-it showed). The fees are :mod:`llmguard_sdk.budget._tool_fees`'."""
+streamed before ``message_delta`` or ``response.completed`` gives the count: a stream cut
+before it, before any text too, is charged the uses it showed; a streamed Responses item from
+its ``output_item.added``, a Claude search whose result never came). The fees are
+:mod:`llmguard_sdk.budget._tool_fees`'."""
 
 from __future__ import annotations
 

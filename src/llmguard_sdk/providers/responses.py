@@ -42,7 +42,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
@@ -54,7 +54,7 @@ from ..errors import (
     MalformedResponseError,
     UnsupportedRequestError,
 )
-from ..models import ChatRequest, ChatResponse, Message, StreamChunk
+from ..models import ChatRequest, ChatResponse, Message, StreamChunk, Usage
 from ._anthropic_only import leave_out_server_tools
 from ._error_kinds import error_answer
 from ._responses_params import (
@@ -402,7 +402,7 @@ def parse_response(
         raise problem(f"response does not fit the model: {exc.errors()[0]['msg']}") from None
 
 
-def _is_tool_use(item: object) -> bool:
+def _is_tool_use(item: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(item, dict) and item.get("type") in (
         "web_search_call",
         "file_search_call",
@@ -428,7 +428,7 @@ class ResponsesStreamState(AnthropicStreamState):
         self.calls: dict[int, int] = {}  # output index -> tool call index
         self.reasoning_part: tuple[object, ...] | None = None  # the last reasoning delta's
         self.reasoning_items = StreamedItems()
-        self.tool_items: list[object] = []  # server-side tool call items done
+        self.tool_items: dict[object, object] = {}  # server-side tool call items, by id
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
@@ -453,8 +453,8 @@ class ResponsesStreamState(AnthropicStreamState):
             item = self.reasoning_items.item(event.get("item"), done=kind.endswith("done"))
             if item is not None:  # (the route's own, given out as it came)
                 return self._make(metadata={"reasoning_items": [item]})
-            if kind.endswith("done") and _is_tool_use(event.get("item")):
-                self.tool_items.append(event.get("item"))
+            if _is_tool_use(tool := event.get("item")):
+                return self._tool_item(tool, event.get("output_index"))
         if kind in ("response.output_item.added", "response.function_call_arguments.delta"):
             return self._call(kind, event)
         if kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
@@ -467,10 +467,25 @@ class ResponsesStreamState(AnthropicStreamState):
             usage, _cost = usage_from_payload(
                 response.get("usage"), service_tier=response.get("service_tier")
             )
-            seen = openai_tool_uses(response.get("output")), openai_tool_uses(self.tool_items)
+            seen = openai_tool_uses(response.get("output")), self._tool_uses()
             usage = with_tool_uses(usage, *seen)
             return self._make(finish=finish, usage=usage)
         return None  # in_progress, content parts, the *.done events
+
+    def _tool_uses(self) -> dict[str, int]:
+        return openai_tool_uses(list(self.tool_items.values())) if self.tool_items else {}
+
+    def _tool_item(self, item: dict[str, Any], at: object) -> StreamChunk:
+        """A server-side tool call item, added (billed once begun) or done: a chunk with the
+        uses seen so far, for a stream cut before ``response.completed``; the item once
+        however often it comes (by its id, else its output index)."""
+        key = item.get("id")
+        if not isinstance(key, str):
+            key = at if isinstance(at, int) else len(self.tool_items)
+        self.tool_items[key] = item
+        chunk = self._make()
+        chunk._usage_so_far = Usage.model_validate(self._tool_uses())
+        return chunk
 
     def _delta(self, kind: str, delta: object, logprobs: object) -> StreamChunk | None:
         """A piece of the message's text (with its tokens' logprobs) or of its refusal."""
