@@ -279,3 +279,36 @@ def test_a_cluster_store_takes_its_timeouts_by_the_standalone_path(
     anyio.run(nodes)
     assert cluster.health.attempt_seconds == single.health.attempt_seconds == 4.0
     single.close()
+
+
+def test_each_client_gets_the_retry_of_its_kind(
+    redis_url: str, redis_prefix: str, redis_cluster_url: str, cluster_prefix: str
+) -> None:
+    """The async clients (a cluster's, a single Redis's) retry with redis-py's asyncio
+    ``Retry``, the sync ones with its sync one: the async cluster client got the sync one,
+    which redis-py 8 converts with a warning ("A synchronous redis.retry.Retry was passed to
+    an asyncio client")."""
+    import anyio
+    import redis.asyncio.retry
+    import redis.retry
+
+    cluster = RedisClusterStore(redis_cluster_url, key_prefix=cluster_prefix)
+    single = RedisStore(redis_url, key_prefix=redis_prefix)
+
+    def retry_of(store: RedisStore, client: RawRedis) -> Any:
+        return client.retry if store is cluster else client.get_retry()
+
+    for store in (cluster, single):
+        assert store.ping()
+        assert isinstance(retry_of(store, store.client), redis.retry.Retry)
+
+    async def retries() -> None:
+        for store in (cluster, single):
+            client: RawRedis = store.aclient
+            await client.ping()
+            assert isinstance(retry_of(store, client), redis.asyncio.retry.Retry)
+            await store.aclose()
+
+    anyio.run(retries)
+    cluster.close()
+    single.close()

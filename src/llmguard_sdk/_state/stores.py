@@ -456,14 +456,9 @@ class RedisClusterStore(RedisStore):
                     options[name] = FLAGS[values[-1].strip().lower()]
 
     def _cluster_options(self) -> dict[str, Any]:
-        # One retry (a refreshed slot map after a failover), no backoff: the store's own
-        # breaker paces a dead cluster.
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
         return {
             **self._pool_options(),
-            "retry": Retry(NoBackoff(), 1),
+            "retry": _cluster_retry(asynchronous=False),
             "dynamic_startup_nodes": True,
         }
 
@@ -499,7 +494,7 @@ class RedisClusterStore(RedisStore):
         import redis.asyncio.cluster
 
         nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._nodes]
-        options = self._cluster_options()
+        options = {**self._cluster_options(), "retry": _cluster_retry(asynchronous=True)}
         options.pop("timeout")  # no pool to wait for: async_round_trip()'s turns instead
         client = redis.asyncio.RedisCluster(startup_nodes=nodes, **options)
         bound_async_cluster(client)  # its re-sends bounded (see connections.py)
@@ -507,6 +502,21 @@ class RedisClusterStore(RedisStore):
 
     def _disconnect(self) -> None:
         pass  # the cluster client owns its node pools; close() released them
+
+
+def _cluster_retry(*, asynchronous: bool) -> Any:
+    """A cluster client's retry: one (a refreshed slot map after a failover), no backoff (the
+    store's own breaker paces a dead cluster); asyncio's for the async client (redis-py 8
+    warns of a sync one passed to an asyncio client)."""
+    from redis.backoff import NoBackoff
+
+    if asynchronous:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        return AsyncRetry(NoBackoff(), 1)
+    from redis.retry import Retry
+
+    return Retry(NoBackoff(), 1)
 
 
 def open_store(spec: str | Store, *, key_prefix: str = "llmguard", **options: Any) -> Store:

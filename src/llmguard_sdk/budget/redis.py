@@ -45,7 +45,7 @@ import uuid
 import weakref
 from collections.abc import Generator, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 from typing_extensions import Unpack
 
@@ -448,11 +448,10 @@ class RedisBudgetBackend:
             name = key.rpartition(":c:")[2]
             if wanted is not None and not name.endswith(wanted):
                 continue
+            # (typed here: redis-py 7 says "a reply or an awaitable", 8 a list)
+            stored = cast(Sequence[Any], client.hmget(key, ["L", "K", "S", "A", "P", "Z"]))
             limit, kind, seconds, alerts, scope, tz = (
-                _text(v) if v is not None else None
-                for v in (
-                    client.hmget(key, ["L", "K", "S", "A", "P", "Z"])  # type: ignore[union-attr]
-                )
+                _text(v) if v is not None else None for v in stored
             )
             if limit is None or kind is None:
                 continue  # not reserved on since its spec is stored
