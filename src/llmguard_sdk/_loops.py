@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["PerLoop", "on_asyncio"]
+__all__ = ["PerLoop", "off_its_loop", "on_asyncio"]
 
 T = TypeVar("T")
 _NO_ASYNCIO_LOOP = "no-asyncio-loop"  # another async library (trio): one object for it
@@ -34,6 +34,17 @@ def on_asyncio() -> bool:
     runs on asyncio only, so under trio a Redis store's async round trips go to a worker
     thread (the sync pool; the call's deadline goes with its context)."""
     return isinstance(_loop_key(), asyncio.AbstractEventLoop)
+
+
+_OTHER_LOOPS = ("Event loop is closed", "different loop", "different event loop")
+"""asyncio's words (and anyio's, httpx's) for an object used off the loop it is tied to."""
+
+
+def off_its_loop(error: BaseException) -> bool:
+    """Whether ``error`` is asyncio's (anyio's, httpx's) ``RuntimeError`` for an object used
+    off the event loop it is tied to (``Event loop is closed``: a connection kept from a
+    loop since closed)."""
+    return isinstance(error, RuntimeError) and any(w in str(error) for w in _OTHER_LOOPS)
 
 
 def _closed(key: object) -> bool:

@@ -49,6 +49,7 @@ import anyio
 from pydantic import ValidationError
 
 from .._forks import per_process
+from .._loops import off_its_loop
 from .._problems import problems
 from ..errors import (
     ConfigurationError,
@@ -443,19 +444,13 @@ _WAITS = {_awaited.__code__, _outcome.__code__, _Rest._run.__code__}
 """The frames that await a filter on the loop (:func:`_settled`'s, a chain's)."""
 
 
-_OTHER_LOOPS = ("Event loop is closed", "different loop", "different event loop")
-"""asyncio's words (and anyio's, httpx's) for an object used off the loop it is tied to."""
-
-
 def _bound_elsewhere(outcome: Outcome, pending: Pending, number: int) -> Outcome:
     """``outcome``, but a filter's loop error on a filter loop that is not the process's
     first (one was given up, or the process forked) as a
     :class:`~llmguard_sdk.errors.ConfigurationError` that says why: a client the filter
     keeps is tied to the loop it was first used on (``Event loop is closed``)."""
     ok, error = outcome
-    if ok or number == 1 or not isinstance(error, RuntimeError):
-        return outcome
-    if not any(words in str(error) for words in _OTHER_LOOPS):
+    if ok or number == 1 or not off_its_loop(error):
         return outcome
     problem = ConfigurationError(
         f"{pending.what} failed on the filter loop of sync calls ({error}): it is not the "

@@ -32,7 +32,7 @@ import httpx
 
 from .._http_library import Library, library_module
 from .._keys import check_api_key
-from .._loops import PerLoop
+from .._loops import PerLoop, off_its_loop
 from .._whole_counts import count_problem
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse, StreamChunk
@@ -93,8 +93,9 @@ class OpenAICompatibleProvider(_Streams):
             (``async_transport`` may be an httpx2 one: async calls then use httpx2).
             ``async_transport`` is shared by every event loop's pool, and yours to close: a
             keep-alive ``httpx.AsyncHTTPTransport()`` fails on a second ``asyncio.run()``
-            with ``RuntimeError: Event loop is closed`` (its kept connections belong to the
-            first loop). Give each loop its own (an ``AsyncBaseTransport`` that sends through
+            with a :class:`~llmguard_sdk.errors.ConfigurationError` (its kept connections
+            belong to the first loop: ``RuntimeError: Event loop is closed``, its cause).
+            Give each loop its own (an ``AsyncBaseTransport`` that sends through
             ``PerLoop(httpx.AsyncHTTPTransport).get()``, each closed as its loop shuts down),
             or turn keep-alive off (``limits=httpx.Limits(max_keepalive_connections=0)``).
         http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
@@ -209,6 +210,29 @@ class OpenAICompatibleProvider(_Streams):
         client = module.AsyncClient(headers=self._headers, limits=limits, transport=transport)
         return Pool(module, client, transport)
 
+    async def _asend(self, pool: Pool, built: Any) -> Any:
+        """``built`` sent through this loop's pool; a keep-alive ``async_transport`` of yours
+        whose kept connection belongs to another event loop (one since closed: a second
+        ``asyncio.run()``) fails with a :class:`~llmguard_sdk.errors.ConfigurationError`
+        that says so (it was a bare ``RuntimeError: Event loop is closed``). Your setup, not
+        the provider's health: the call raises it, no other route is tried, and the route's
+        breaker does not count it."""
+        try:
+            return await pool.asend(built)
+        except RuntimeError as exc:
+            if self._async_transport is None or not off_its_loop(exc):
+                raise
+            raise ConfigurationError(
+                f"route {self.name!r}: the async_transport you passed failed on this event "
+                f"loop ({exc}; the request may have gone out, its answer unread): a "
+                "keep-alive httpx.AsyncHTTPTransport keeps its connections on the event loop "
+                "that opened them (an earlier asyncio.run(), or another thread's loop), and "
+                "every loop's calls share it. Give each event loop a "
+                "transport of its own (the README's PerLoopTransport: "
+                "llmguard_sdk.PerLoop(httpx.AsyncHTTPTransport).get() per request), or turn "
+                "keep-alive off (limits=httpx.Limits(max_keepalive_connections=0))"
+            ) from exc
+
     async def _close_loop_pool(self, pool: Pool) -> None:
         """A loop's pool, as its loop shuts down: its connections closed, unless its transport
         is yours (``async_transport``: every loop's pool sends through it, so it stays open)."""
@@ -321,7 +345,7 @@ class OpenAICompatibleProvider(_Streams):
         errors = library_errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                response = await pool.asend(built)
+                response = await self._asend(pool, built)
                 pieces: AsyncIterator[bytes] | None = None
                 try:
                     collected = Collector.of(response, self.name, deadline)
@@ -382,7 +406,7 @@ class OpenAICompatibleProvider(_Streams):
         errors = library_errors(self._async_library)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
-                response = await pool.asend(built)
+                response = await self._asend(pool, built)
         except TimeoutError:
             raise deadline_passed(self.name) from None
         except errors.any as exc:
