@@ -22,18 +22,19 @@ if it does not, the loop is given up: later calls get a fresh one, and the old o
 until the waits it has left end (each finishes, or ends at its call's deadline), then shuts
 down as ``asyncio.run()``'s loop does at its end: the async generators still open on it are
 closed (a :class:`~llmguard_sdk.PerLoop` object kept there, and a filter's own unfinished
-generator, whose ``finally`` runs), waited for 10 s at most. A client a
-filter kept on it fails on the fresh one with a
-:class:`~llmguard_sdk.errors.ConfigurationError` that says so. A loop held by a sync call
-that a filter made (``guard.chat`` in an ``async def`` filter) is not given up: that call is
-bounded by its own deadline. An interrupt of a sync call's wait (Ctrl-C) cancels the filter's
-task and is thrown into the plan, as an async call's cancellation is: the call is reported
-as cancelled.
+generator, whose ``finally`` runs), waited for 10 s at most. A client a filter kept on it
+fails on the fresh one with a :class:`~llmguard_sdk.errors.ConfigurationError` that says
+so. At interpreter exit the loop is shut down the same way (the waits it has left
+cancelled), waited for 5 s at most. A loop held by a sync call that a filter made
+(``guard.chat`` in an ``async def`` filter) is not given up: that call is bounded by its own
+deadline. An interrupt of a sync call's wait (Ctrl-C) cancels the filter's task and is
+thrown into the plan, as an async call's cancellation is: the call is reported as cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import contextvars
@@ -332,6 +333,20 @@ class _FilterLoop:
             self._loop = self._thread = None
         asyncio.run_coroutine_threadsafe(_retired(), loop)
 
+    def stop(self) -> None:
+        """At interpreter exit: the running loop's tasks cancelled, then its shutdown run
+        (:func:`_serve`: a :class:`~llmguard_sdk.PerLoop` object kept on it closed, a
+        filter's unfinished generator's ``finally`` run), waited for :data:`_EXIT_S` at most
+        (a loop that blocking code holds ends with the process, as before)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None or thread is threading.current_thread():
+            return
+        with contextlib.suppress(RuntimeError):  # (closed meanwhile)
+            asyncio.run_coroutine_threadsafe(_ended(), loop)
+        thread.join(_EXIT_S)
+
 
 @dataclass(frozen=True)
 class _Submitted:
@@ -349,6 +364,17 @@ async def _retired() -> None:
     this = asyncio.current_task()
     while others := asyncio.all_tasks() - {this}:
         await asyncio.wait(others)
+    asyncio.get_running_loop().stop()
+
+
+async def _ended() -> None:
+    """Stop the running loop at interpreter exit: its other tasks (a daemon thread's sync
+    call still waiting) cancelled, and waited for the grace at most."""
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others, timeout=_GRACE_S)
     asyncio.get_running_loop().stop()
 
 
@@ -379,11 +405,19 @@ _SHUTDOWN_S = 10.0
 """How long a stopped filter loop waits for its async generators' close at most (a
 :class:`~llmguard_sdk.PerLoop` object's close is bounded by 5 s of its own)."""
 
+_EXIT_S = 5.0
+"""How long interpreter exit waits for the filter loop's shutdown at most (then the process
+ends, and the loop's daemon thread with it)."""
+
 
 _LOOP = _FilterLoop()
 _OWN_LOOP = threading.local()
 """:func:`_on_own_loop`'s worker threads: ``on`` is True."""
 per_process(_LOOP, _FilterLoop.renew)
+# ``atexit``, not ``threading``'s own exit hooks: those run before the other threads are
+# joined, whose sync calls may still need the loop; ``atexit``'s run once only daemon
+# threads are left (a forked child inherits it, and stops its own loop)
+atexit.register(_LOOP.stop)
 
 
 def _blocking(pending: Pending) -> Outcome:
