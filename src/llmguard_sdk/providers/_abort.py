@@ -97,6 +97,11 @@ def abortable(abort: Abort) -> Iterator[None]:
         _CURRENT.reset(token)
 
 
+def NOTHING_TO_FORGET() -> None:  # (a constant: the watchdog compares what it is given to it)
+    """What :func:`when_aborted` returns when the call runs under no abort: nothing to
+    remove."""
+
+
 def when_aborted(callback: Callable[[Any], object], argument: Any) -> Callable[[], None]:
     """Register ``callback(argument)`` with the :class:`Abort` the current call runs under,
     if any (nothing is built when none: this is on every call's path). Returns how to remove
@@ -104,18 +109,10 @@ def when_aborted(callback: Callable[[Any], object], argument: Any) -> Callable[[
     waits its grace for a call it cannot stop)."""
     abort = _CURRENT.get()
     if abort is None:
-        return _nothing
+        return NOTHING_TO_FORGET
     registered = functools.partial(callback, argument)
     abort.on_abort(registered)
     return functools.partial(abort.forget, registered)
-
-
-def _nothing() -> None:
-    """Nothing to remove (no abort)."""
-
-
-NOTHING_TO_FORGET: Callable[[], None] = _nothing
-"""What :func:`when_aborted` returns when the call runs under no abort (nothing to keep)."""
 
 
 def aborted() -> bool:
