@@ -22,7 +22,7 @@ from llmguard_sdk.telemetry._labels import CappedMeter
 from llmguard_sdk.telemetry._quality import Quality
 from llmguard_sdk.testing import FakeProvider
 
-from .rawserver import RawServer
+from .rawserver import RawServer, http_response
 from .test_telemetry import Exported, call_span, exporting
 
 MakeGuard = Callable[..., Guard]
@@ -113,6 +113,33 @@ def test_a_refusal_from_the_provider(otel: Exported) -> None:
             guard.chat(USER, feature="faq")
     assert signals(otel) == {("refusal", "faq", None): 1}
     assert events(otel) == ["refusal"]
+
+
+_AUDIO = {"id": "audio_1", "data": "UklGRg==", "expires_at": 2**31, "transcript": "Hi there"}
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ({"role": "assistant", "content": None, "audio": _AUDIO}, {}),  # gpt-4o-audio's
+        ({"role": "assistant", "content": None}, {("empty", "faq", None): 1}),
+        ({"role": "assistant", "content": " ", "audio": {"id": ""}}, {("empty", "faq", None): 1}),
+    ],
+)
+def test_an_audio_answer_without_text_is_not_empty(
+    message: dict[str, Any], said: dict[tuple[str, str | None, str | None], int], otel: Exported
+) -> None:
+    """OpenAI's audio answers come with ``content: null``: the audio is the answer. They
+    were counted ``empty``; a blank answer still is (one with an empty audio too)."""
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = {"id": "c-1", "object": "chat.completion", "model": "m", "choices": [choice]}
+    with RawServer(http_response(json.dumps(body).encode())) as raw:
+        provider = OpenAICompatibleProvider(raw.base_url, model="m", name="voice")
+        with Guard(provider, telemetry=otel.telemetry, retry=None, environ={}) as guard:
+            answer = guard.chat(USER, feature="faq")
+    assert answer.text.strip() == ""
+    assert signals(otel) == said
+    assert events(otel) == [signal for signal, _, _ in said]
 
 
 def test_an_output_filter_rejection(fake: FakeProvider, otel: Exported) -> None:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from ..models import ChatRequest, ChatResponse
-from ..providers._chat_content import MESSAGE_FIELDS
+from ..providers._chat_content import answer_audio
 from ..telemetry._signals import signals_of
 
 __all__ = ["audio_expiry", "cached_form", "kept_until", "storable"]
@@ -35,7 +34,7 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
     given: a later call asking again may well get a good answer, and a cached one would be
     served to every paraphrase for the whole ``ttl``), nor an answer whose audio id has
     already expired (:func:`audio_expiry`). An audio answer without text (``content:
-    null``) is no blank one: the audio is the answer."""
+    null``) is no blank one: the audio is the answer (no quality signal says it is)."""
     expiry = audio_expiry(response)
     if expiry is not None and expiry <= time.time():
         return False
@@ -44,10 +43,7 @@ def storable(request: ChatRequest, response: ChatResponse) -> bool:
         return False
     if response.metadata.get("degraded") or response.metadata.get("cache"):
         return False
-    signals = signals_of(request, response, None)
-    if signals == ["empty"] and _audio(response) is not None:  # (no text: the audio's)
-        return True
-    return not signals
+    return not signals_of(request, response, None)
 
 
 def cached_form(response: ChatResponse) -> dict[str, Any]:
@@ -65,26 +61,12 @@ def cached_form(response: ChatResponse) -> dict[str, Any]:
     return {**kept, "metadata": metadata} if metadata else kept
 
 
-def _audio(response: ChatResponse) -> Mapping[str, Any] | None:
-    """The answer's audio (OpenAI's ``message.audio``: its ``id``, ``data``, ``expires_at``,
-    ``transcript``), ``None`` for an answer without one (or an empty one)."""
-    audio = _message_audio(response)
-    return audio if isinstance(audio, Mapping) and (audio.get("id") or audio.get("data")) else None
-
-
-def _message_audio(response: ChatResponse) -> object:
-    """The ``audio`` of the message fields an answer keeps (:data:`MESSAGE_FIELDS`), read in
-    place (most answers have none: no copy of their fields), ``None`` where there is none."""
-    fields = response.metadata.get(MESSAGE_FIELDS)
-    return fields.get("audio") if fields is not None and isinstance(fields, Mapping) else None
-
-
 def audio_expiry(response: ChatResponse) -> float | None:
     """When the id of the answer's audio expires (OpenAI's ``message.audio.expires_at``, Unix
     seconds: a later turn refers to the audio by that id until then, and the provider knows
     it no more after); ``None`` for an answer without one."""
-    audio = _message_audio(response)
-    expires = audio.get("expires_at") if audio is not None and isinstance(audio, Mapping) else None
+    audio = answer_audio(response.metadata)
+    expires = audio.get("expires_at") if audio is not None else None
     if isinstance(expires, bool) or not isinstance(expires, (int, float)):
         return None
     return float(expires)

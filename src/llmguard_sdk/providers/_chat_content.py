@@ -16,6 +16,7 @@ __all__ = [
     "READ_ANSWER",
     "REASONING_FIELDS",
     "StreamHead",
+    "answer_audio",
     "answer_fields",
     "choice_metadata",
     "content_text",
@@ -151,6 +152,17 @@ def message_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
         for name in kept_fields(metadata, REASONING_FIELDS):  # (over a first delta's "")
             fields[name] = said
     return fields
+
+
+def answer_audio(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """An answer's audio (OpenAI's ``message.audio``: its ``id``, ``data``, ``expires_at``,
+    ``transcript``), kept under :data:`MESSAGE_FIELDS`, read in place (most answers have
+    none: no copy of their fields); ``None`` for an answer without one (or an empty one)."""
+    fields = metadata.get(MESSAGE_FIELDS)
+    audio = fields.get("audio") if isinstance(fields, Mapping) else None
+    if isinstance(audio, Mapping) and (audio.get("id") or audio.get("data")):
+        return audio
+    return None
 
 
 def created_of(fields: Mapping[str, Any], default: int) -> int:

@@ -9,7 +9,8 @@ tells without a grader:
 * ``truncated``: the answer is incomplete: it hit its token limit (``finish_reason``
   ``length``), Claude paused its turn (``pause_turn``) or a server cut it (Mistral's
   ``model_length``, vLLM's ``abort``: :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
-* ``empty``: no text and no tool call;
+* ``empty``: no text, no tool call and no audio (OpenAI's ``message.audio``: an audio answer
+  has no text);
 * ``json_schema``: the request asked for JSON (``response_format`` ``json_object`` or
   ``json_schema``) and the answer is not JSON, or not of the schema's top-level type, or
   lacks one of its ``required`` keys;

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import GuardrailRejectedError
 from ..models import openai_finish_reason
+from ..providers._chat_content import answer_audio
 
 if TYPE_CHECKING:
     from ..models import ChatRequest, ChatResponse
@@ -43,7 +44,8 @@ def signals_of(
     if openai_finish_reason(response.finish_reason) == "length":  # an incomplete answer
         found.append("truncated")
     if not response.text.strip() and not response.tool_calls:
-        found.append("empty")
+        if answer_audio(response.metadata) is None:  # (OpenAI's audio answer: no text)
+            found.append("empty")
     elif request and request.response_format and not _fits(request.response_format, response.text):
         found.append("json_schema")
     return found
