@@ -50,7 +50,7 @@ def cache(request: pytest.FixtureRequest, redis_target: RedisTarget) -> Iterator
 
 def _served(cache: ResponseCache, expires_at: int, content: str | None = "Hi.") -> list[Any]:
     """The ``audio`` of two answers to the same call through ``guard.client()``, and
-    whether each came from the cache."""
+    whether each came from the cache (each with the route's ``content``)."""
     require_module("openai", "openai is a dev dependency")
     with (
         RawServer(_answer(expires_at, content)) as raw,
@@ -62,6 +62,7 @@ def _served(cache: ResponseCache, expires_at: int, content: str | None = "Hi.") 
             answer = client.chat.completions.create(model="m", messages=USER)
             audio = answer.choices[0].message.audio
             assert audio is not None
+            assert answer.choices[0].message.content == content  # (a hit's None too: not "")
             view = answer.llmguard  # type: ignore[attr-defined]
             served.append((audio.expires_at, view.metadata.get("cache")))
         return served

@@ -124,14 +124,18 @@ NULL_CONTENT: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "openai audio": (
         {"role": "assistant", "content": None, "refusal": None, "audio": AUDIO},
         "stop",
-        {"message_fields": {"audio": AUDIO}},
+        {"message_fields": {"audio": AUDIO, "content": None}},  # (a drop-in gives it back)
     ),
     "vllm reasoning cut by max_tokens": (
         {"role": "assistant", "reasoning_content": "Let me think", "content": None},
         "length",
-        {"reasoning": "Let me think"},
+        {"reasoning": "Let me think", "message_fields": {"content": None}},
     ),
-    "nothing else": ({"role": "assistant", "content": None}, "content_filter", {}),
+    "nothing else": (
+        {"role": "assistant", "content": None},
+        "content_filter",
+        {"message_fields": {"content": None}},
+    ),
 }
 
 

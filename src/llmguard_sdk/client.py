@@ -38,7 +38,13 @@ from ._core.stages import resolve_scope
 from ._ids import UniqueIds
 from .errors import RequestValidationError
 from .models import ChatRequest, ChatResponse, StreamChunk, Usage, openai_finish_reason
-from .providers._chat_content import COMPLETION_FIELDS, created_of, kept_fields, message_fields
+from .providers._chat_content import (
+    COMPLETION_FIELDS,
+    created_of,
+    kept_fields,
+    message_content,
+    message_fields,
+)
 from .providers._chat_usage import chat_usage
 from .providers.wire import StreamHead, chat_chunk_carries, chat_chunk_skipped
 
@@ -145,11 +151,6 @@ def _new_id() -> str:
     return f"chatcmpl-{_ANSWER_IDS.next()}"
 
 
-def _sent(metadata: Mapping[str, Any], key: str, model: type[BaseModel]) -> dict[str, Any]:
-    """The provider's fields kept under ``key`` that ``model`` has no field of its own for."""
-    return {k: v for k, v in kept_fields(metadata, key).items() if k not in model.model_fields}
-
-
 def _pieces(metadata: Mapping[str, Any], model: type[BaseModel]) -> dict[str, Any]:
     """A message's (a delta's) fields besides content and tool calls: OpenAI's refusal, and
     the route's other fields (``audio``, ``annotations``, ``reasoning_content`` ...) as sent."""
@@ -164,9 +165,8 @@ def _choice(response: ChatResponse) -> Choice:
     """The completion's choice; OpenAI's refusal (``message.refusal``, no content in its place),
     the message's other fields and the logprobs as the provider sent them."""
     pieces = _pieces(response.metadata, ChatCompletionMessage)
-    refusal = pieces.get("refusal")
-    text = response.text if response.text or not (response.tool_calls or refusal) else None
-    message = ChatCompletionMessage(content=text, tool_calls=response.tool_calls, **pieces)
+    content = message_content(response)  # (None where the route's was null)
+    message = ChatCompletionMessage(content=content, tool_calls=response.tool_calls, **pieces)
     logprobs = (
         {"logprobs": response.metadata["logprobs"]} if "logprobs" in response.metadata else {}
     )
@@ -177,10 +177,11 @@ def _choice(response: ChatResponse) -> Choice:
 def to_completion(response: ChatResponse) -> ChatCompletion:
     """A :class:`ChatResponse` in openai's ``ChatCompletion`` shape, with the provider's
     ``created``, ``system_fingerprint``, ``service_tier`` ... where it sent them."""
-    fields = _sent(response.metadata, COMPLETION_FIELDS, ChatCompletion)
+    kept = kept_fields(response.metadata, COMPLETION_FIELDS)
+    fields = {k: v for k, v in kept.items() if k not in ChatCompletion.model_fields}
     return ChatCompletion(
         id=response.id or _new_id(),
-        created=created_of(kept_fields(response.metadata, COMPLETION_FIELDS), int(time.time())),
+        created=created_of(kept, int(time.time())),
         model=response.model,
         choices=[_choice(response)],
         usage=_openai_usage(response.usage),

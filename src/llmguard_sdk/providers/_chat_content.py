@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..models import ChatResponse
 
 __all__ = [
     "COMPLETION_FIELDS",
@@ -22,6 +25,7 @@ __all__ = [
     "content_text",
     "created_of",
     "kept_fields",
+    "message_content",
     "message_fields",
     "other_fields",
     "reasoning",
@@ -29,7 +33,9 @@ __all__ = [
 ]
 
 MESSAGE_FIELDS = "message_fields"
-"""The metadata key of a message's (a delta's) other fields, as the provider sent them."""
+"""The metadata key of a message's (a delta's) other fields, as the provider sent them; an
+answer's ``content`` too where it sent no text (``null`` or ``""``: its text is ``""`` for
+both, see :func:`message_content`)."""
 
 REASONING_FIELDS = "reasoning_fields"
 """The metadata key of the names a message (a delta) gave the reasoning kept as
@@ -152,6 +158,20 @@ def message_fields(metadata: Mapping[str, Any]) -> dict[str, Any]:
         for name in kept_fields(metadata, REASONING_FIELDS):  # (over a first delta's "")
             fields[name] = said
     return fields
+
+
+def message_content(response: ChatResponse) -> str | None:
+    """``message.content`` of ``response`` in OpenAI's shape (a drop-in client's): its text;
+    where it has none, the content as its route sent it (``None`` for ``null``, ``""``), kept
+    under :data:`MESSAGE_FIELDS`, else (a route whose API has no such content: Claude's, the
+    Responses API's) ``None`` beside tool calls or a refusal, as OpenAI gives those."""
+    if response.text:
+        return response.text
+    fields = response.metadata.get(MESSAGE_FIELDS)
+    if isinstance(fields, Mapping) and "content" in fields:
+        return None if fields["content"] is None else ""
+    refused = response.metadata.get("refusal")
+    return None if response.tool_calls or (isinstance(refused, str) and refused) else ""
 
 
 def answer_audio(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -101,6 +101,8 @@ def parse_completion(
     # answer can be elsewhere (OpenAI's audio, a reasoning parser's reasoning cut by
     # max_tokens, a content filter's stop), and a retry would pay for it again
     metadata = choice_metadata(choices[0], message)  # its refusal, logprobs, reasoning
+    if content is None or content == "":  # (the text is "" for both: a drop-in says which)
+        metadata[MESSAGE_FIELDS] = {**metadata.get(MESSAGE_FIELDS, {}), "content": content}
     fields = answer_fields(data)  # created, system_fingerprint, service_tier ...
     if fields:
         metadata[COMPLETION_FIELDS] = fields

@@ -16,6 +16,7 @@ from ..providers._chat_content import (
     StreamHead,
     created_of,
     kept_fields,
+    message_content,
     message_fields,
 )
 from ..providers._chat_usage import chat_usage
@@ -65,8 +66,7 @@ class ChatWire:
         (``audio``, ``annotations``, ``reasoning_content``; ``created``,
         ``system_fingerprint``, ``service_tier`` ...) as the provider sent them."""
         refusal = response.metadata.get("refusal")  # OpenAI's, in place of content
-        text = response.text if response.text or not (response.tool_calls or refusal) else None
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", "content": message_content(response)}
         if isinstance(refusal, str) and refusal:
             message["refusal"] = refusal
         if response.tool_calls:
