@@ -57,6 +57,7 @@ MOST_BREAKPOINTS = 4  # blocks with cache_control Claude takes in one request (4
 _OVERFLOW = "other"  # the feature later new features count under, past max_features
 logger = logging.getLogger("llmguard_sdk")
 _KEY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
+_MOST_KEY_CHARS = 64  # of a prompt_cache_key: OpenAI answers a longer one with a 400
 
 
 def static_prefix_hash(system: str, tools: Sequence[Mapping[str, Any]] | None = None) -> str:
@@ -74,16 +75,18 @@ def static_prefix_hash(system: str, tools: Sequence[Mapping[str, Any]] | None = 
 def prompt_cache_key(template: str, tenant: str | None = None) -> str:
     """OpenAI's ``prompt_cache_key`` for ``template`` and ``tenant``: stable across calls and
     processes, different per template and tenant, and without the tenant id in clear (a name
-    with characters other than ``A-Za-z0-9_.:-``, or over 48 of them, gets a digest of itself)."""
+    with characters other than ``A-Za-z0-9_.:-``, or over 47 of them, gets a digest of itself):
+    64 characters at most, the most OpenAI takes (a longer key is a 400 on every call)."""
     if not isinstance(template, str) or not (tenant is None or isinstance(tenant, str)):
         raise ConfigurationError(
             f"prompt_cache_key needs a template name and a tenant id that are strings, "
             f"not {template!r:.40} and {tenant!r:.40}"
         )
-    name = _KEY_CHARS.sub("-", template)[:48]
+    # (the name, ":" and the tenant's digest of 16: _MOST_KEY_CHARS)
+    name = _KEY_CHARS.sub("-", template)[: _MOST_KEY_CHARS - 17]
     if name != template or not name:
         digest = hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        name = f"{name[:35]}-{digest}" if name.strip("-") else f"prompt-{digest}"
+        name = f"{name[:34]}-{digest}" if name.strip("-") else f"prompt-{digest}"
     if tenant is None:
         return name
     # (an id read from JSON may hold a lone surrogate: hashed all the same)
