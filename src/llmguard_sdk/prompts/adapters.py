@@ -107,8 +107,10 @@ def add_cache_breakpoints(
 
     ``system`` and ``messages`` are Anthropic-shaped (``system`` a list of text blocks);
     breakpoints go on system block ``static_system_blocks - 1``, on the last content block of
-    ``messages[history_end - 1]`` when ``history_end`` is given, and on the last tool, each
-    ``{"type": "ephemeral"}`` (Claude's 5-minute lifetime, renewed by each read).
+    ``messages[history_end - 1]`` when ``history_end`` is given (the last before it that takes
+    one, where that is a thinking block or an empty text: Claude answers 400 to a breakpoint
+    there), and on the last tool, each ``{"type": "ephemeral"}`` (Claude's 5-minute lifetime,
+    renewed by each read).
 
     Breakpoints the request has of its own (a caller's mark on a per-call document) are kept
     as they are, and these go beside them while the request holds four at most (Anthropic's
@@ -199,13 +201,33 @@ def _static_places(
     if 0 < static_system_blocks <= len(system):
         places.append((1, static_system_blocks - 1, 0))
     if history_end is not None and 0 < history_end <= len(messages):
-        content = messages[history_end - 1].get("content")
-        if isinstance(content, str) or (content and isinstance(content[-1], dict)):
-            last = len(content) - 1 if isinstance(content, list) else 0
-            places.append((2, history_end - 1, last))
+        history = _last_markable(messages, history_end)
+        if history is not None:
+            places.append(history)
     if tools:
         places.append((0, len(tools) - 1, 0))
     return places
+
+
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})  # Claude: "Extra inputs" (400)
+
+
+def _last_markable(messages: list[dict[str, Any]], end: int) -> Place | None:
+    """The last block of ``messages[:end]`` that may carry a breakpoint: not a thinking block,
+    nor an empty text (Claude answers 400 to one there); None when there is none."""
+    for index in range(end - 1, -1, -1):
+        content = messages[index].get("content")
+        if isinstance(content, str) and content:
+            return (2, index, 0)
+        blocks = content if isinstance(content, list) else []
+        for block in range(len(blocks) - 1, -1, -1):
+            if isinstance(blocks[block], dict) and _markable(blocks[block]):
+                return (2, index, block)
+    return None
+
+
+def _markable(block: Mapping[str, Any]) -> bool:
+    return block.get("type") not in _UNMARKABLE and block.get("text", True) != ""
 
 
 def _mark(

@@ -328,12 +328,18 @@ def _messages_problem(body: Any, version: str | None, strict: bool = False) -> s
 
 def _breakpoints_problem(body: dict[str, Any]) -> str | None:
     """Why a Messages request's ``cache_control`` breakpoints are refused (Anthropic's 400):
-    more than 4, or a 1-hour one after a 5-minute one (tools, then system, then messages)."""
+    one on a block that takes none (thinking, an empty text), more than 4, or a 1-hour one
+    after a 5-minute one (tools, then system, then messages)."""
     blocks: list[Any] = list(body.get("tools") or [])
     system = body.get("system")
     blocks += system if isinstance(system, list) else []
-    for message in body["messages"]:
-        for block in message["content"] if isinstance(message["content"], list) else []:
+    for i, message in enumerate(body["messages"]):
+        for j, block in enumerate(
+            message["content"] if isinstance(message["content"], list) else []
+        ):
+            refused = _unmarkable(block)
+            if refused is not None:
+                return f"messages.{i}.content.{j}.{refused}"
             blocks.append(block)
             inner = block.get("content") if isinstance(block, dict) else None
             blocks += inner if isinstance(inner, list) else []  # (a tool result's blocks)
@@ -351,6 +357,18 @@ def _breakpoints_problem(body: dict[str, Any]) -> str | None:
             "block. Note that blocks are processed in the following order: `tools`, `system`, "
             "`messages`."
         )
+    return None
+
+
+def _unmarkable(block: object) -> str | None:
+    """Claude's words for a ``cache_control`` on a block that takes none (None: it may)."""
+    if not isinstance(block, dict) or "cache_control" not in block:
+        return None
+    kind = block.get("type")
+    if kind in ("thinking", "redacted_thinking"):
+        return f"{kind}.cache_control: Extra inputs are not permitted"
+    if kind == "text" and block.get("text") == "":
+        return "text: cache_control cannot be set for empty text blocks"
     return None
 
 
