@@ -268,7 +268,10 @@ class ReleaseControl:
                     self._arms.popitem(last=False)
 
     def feedback(self, call_id: str, score: float) -> bool:
-        """Count a feedback score on the arm of the call ``call_id`` (if remembered).
+        """Count a feedback score on the arm of the call ``call_id`` (if remembered): one a
+        call, the first (each is a trial of the test: one user's repeated presses on one
+        answer, or a grader retried, were as many scores, enough to roll a candidate back).
+        Whether it counted.
 
         Raises:
             RequestValidationError: ``call_id`` is not a string, or ``score`` not a finite
@@ -278,8 +281,11 @@ class ReleaseControl:
             raise RequestValidationError(f"feedback call_id must be a string, not {call_id!r}")
         if isinstance(score, bool) or not (isinstance(score, int | float) and math.isfinite(score)):
             raise RequestValidationError(f"feedback score must be a finite number, not {score!r}")
-        arm = self._arms.get(call_id)
-        if arm is None or self.policy is None:
+        if self.policy is None:
+            return False
+        with self._lock:  # (taken: a second score for the call finds it no more)
+            arm = self._arms.pop(call_id, None)
+        if arm is None:
             return False
         low = 1.0 if score < self.policy.feedback_threshold else 0.0
         self._count(arm, {"fb": 1.0, "fb_low": low}, None)
