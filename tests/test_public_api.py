@@ -199,7 +199,11 @@ def test_import_loads_none_of_the_packages_modules() -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('llmguard_sdk', 'pydantic', 'httpx', 'anyio'))))"
     )
-    assert _printed_by_fresh_python(code) == ["llmguard_sdk", "llmguard_sdk._version"]
+    assert _printed_by_fresh_python(code) == [
+        "llmguard_sdk",
+        "llmguard_sdk._exports",
+        "llmguard_sdk._version",
+    ]
     star = (
         "import json, sys; from llmguard_sdk import *; import llmguard_sdk; "
         "print(json.dumps(sorted(n for n in llmguard_sdk.__all__ if n in globals() "

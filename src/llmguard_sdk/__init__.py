@@ -16,9 +16,9 @@ when a Redis store, a semantic cache or a :class:`Telemetry` (a Guard's by defau
 used.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._exports import lazy_exports
 from ._version import __version__
 
 if TYPE_CHECKING:  # (at run time: __getattr__ below imports each at its first use)
@@ -244,29 +244,15 @@ _HOMES = {
     "tokens": "TokenCount count_request_tokens count_text_tokens",
     "telemetry": "Telemetry",
 }
-_HOME = {name: module for module, names in _HOMES.items() for name in names.split()}
-_HOME.update((name, "errors") for name in __all__ if name not in _HOME and name != "__version__")
+_names, _dir = lazy_exports(globals(), _HOMES, rest="errors")
 
 
 def __getattr__(name: str) -> Any:
     """A public name, imported from its module at its first read (``from llmguard_sdk import
     Guard`` and ``llmguard_sdk.Guard`` alike), then held as a plain attribute; a submodule
     (``llmguard_sdk.errors``) is imported as it is named, as the eager imports made it one."""
-    home = _HOME.get(name)
-    if home is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    elif not name.startswith("__"):
-        try:
-            value = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise  # (a package the submodule needs is missing: say that one)
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # (later reads: a plain attribute)
-    return value
+    return _names(name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return _dir()

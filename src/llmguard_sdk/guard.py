@@ -34,7 +34,6 @@ from .breaker import (
     Breakers,
 )
 from .budget import Budget, Budgets, BudgetScope, CounterStatus, PriceTable
-from .cache import ResponseCache
 from .config import GuardSettings, _text_environ
 from .context import Hook
 from .errors import ProviderError
@@ -51,6 +50,7 @@ from .router import DeploymentGroup, TaskRouter
 from .store import Store, open_store
 
 if TYPE_CHECKING:
+    from .cache import ResponseCache
     from .telemetry import Telemetry  # (imported with the first one: OpenTelemetry too)
 
 __all__ = ["ChatOptions", "Guard"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -27,7 +27,8 @@ from .._state.steps import Batch, Outcome, Step, start
 from ..breaker import Breakers, MemoryBreakerBackend, Permit
 from ..budget.control import Held
 from ..budget.policy import BudgetEvent
-from ..cache import CacheHit, CacheKeys, CacheOptions, ResponseCache
+from ..cache.entry import CacheHit, CacheOptions
+from ..cache.keys import CacheKeys
 from ..context import CallContext, Scope
 from ..errors import ProviderError
 from ..models import ChatRequest, ChatResponse
@@ -35,6 +36,9 @@ from ..ratelimit import Grant, MemoryRateLimiter, RateLimiter
 from .limits import Reservation, reserve_steps, settle_args, token_reservation
 from .routes import answers_cached, first_route, keyed_request
 from .stages import CACHE, DEGRADED, Stages, cache_model, cache_request, from_cache
+
+if TYPE_CHECKING:
+    from ..cache import ResponseCache
 
 __all__ = [
     "Ahead",

@@ -16,9 +16,9 @@ from .._ids import IDEMPOTENCY_PREFIX, UniqueIds
 from .._route_names import CACHE, DEGRADED
 from ..breaker import Breakers
 from ..budget.control import SpendControl
-from ..cache import CacheHit, ResponseCache
 from ..cache._config import check_scope
 from ..cache._served import hit_id, hit_metadata
+from ..cache.entry import CacheHit
 from ..context import CallContext, CallEvent, Hook, Scope, current_scope, emit
 from ..errors import (
     ConfigurationError,
@@ -39,6 +39,7 @@ from .probes import Prober
 from .routing import Routing
 
 if TYPE_CHECKING:
+    from ..cache import ResponseCache
     from ..telemetry import Telemetry
     from .tasks import TaskRouting
 

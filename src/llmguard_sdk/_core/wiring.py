@@ -21,7 +21,6 @@ from ..breaker import (
     RedisBreakerBackend,
 )
 from ..budget import Budget, Budgets, PriceTable, SpendControl
-from ..cache import ResponseCache
 from ..config import GuardSettings, _check_default_key
 from ..errors import ConfigurationError, RateLimitConfigWarning
 from ..providers.base import Provider
@@ -44,6 +43,7 @@ from .routing import Routing, flatten, members
 from .tasks import TaskRouting
 
 if TYPE_CHECKING:
+    from ..cache import ResponseCache
     from ..telemetry import Telemetry
 
 __all__ = [
@@ -256,6 +256,8 @@ def propagated(
 def cache(cache: ResponseCache | bool | None, store: Store) -> ResponseCache | None:
     if cache is None or cache is False:
         return None
+    from ..cache.core import ResponseCache  # (a Guard without a cache imports none of it)
+
     if cache is True:
         return ResponseCache(store)
     if not isinstance(cache, ResponseCache):

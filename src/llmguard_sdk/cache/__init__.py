@@ -18,36 +18,44 @@ verifier=ParaphraseVerifier.minilm())`` (the recommended configuration) adds all
 run in numpy, for more hits at the same precision. ``vector_search="server"`` keeps the
 vectors in Redis 8 vector sets instead of every process's memory.
 
+Each name is imported from its module at its first use: a Guard built without a cache does
+not import the embedders and the false-hit guards (their word lists and patterns).
+
 .. versionadded:: 0.2.0
 """
 
-from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
-from .calibrate import (
-    CalibrationRow,
-    Pair,
-    Scorer,
-    bundled_pairs,
-    calibrate,
-    pick_threshold,
-    read_pairs,
-    wilson_lower_bound,
-)
-from .core import DEFAULT_THRESHOLD, ResponseCache
-from .embedders import (
-    BertEmbedder,
-    Embedder,
-    HashingEmbedder,
-    HybridEmbedder,
-    LlamaCppEmbedder,
-    OpenAIEmbedder,
-    suggested_threshold,
-)
-from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
-from .guards import Verifier, guard_rejection
-from .index import Match, VectorIndex
-from .keys import CacheKeys, canonical_json, request_keys
-from .monitor import FalseHitMonitor, MonitorState
-from .verifier import ParaphraseVerifier
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
+
+if TYPE_CHECKING:  # (at run time: __getattr__ below imports each at its first read)
+    from .backends import CacheBackend, MemoryCacheBackend, RedisCacheBackend
+    from .calibrate import (
+        CalibrationRow,
+        Pair,
+        Scorer,
+        bundled_pairs,
+        calibrate,
+        pick_threshold,
+        read_pairs,
+        wilson_lower_bound,
+    )
+    from .core import DEFAULT_THRESHOLD, ResponseCache
+    from .embedders import (
+        BertEmbedder,
+        Embedder,
+        HashingEmbedder,
+        HybridEmbedder,
+        LlamaCppEmbedder,
+        OpenAIEmbedder,
+        suggested_threshold,
+    )
+    from .entry import CacheEntry, CacheHit, CacheOptions, CacheStats
+    from .guards import Verifier, guard_rejection
+    from .index import Match, VectorIndex
+    from .keys import CacheKeys, canonical_json, request_keys
+    from .monitor import FalseHitMonitor, MonitorState
+    from .verifier import ParaphraseVerifier
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -85,3 +93,19 @@ __all__ = [
     "suggested_threshold",
     "wilson_lower_bound",
 ]
+
+_HOMES = {
+    "backends": "CacheBackend MemoryCacheBackend RedisCacheBackend",
+    "calibrate": "CalibrationRow Pair Scorer bundled_pairs calibrate pick_threshold read_pairs"
+    " wilson_lower_bound",
+    "core": "DEFAULT_THRESHOLD ResponseCache",
+    "embedders": "BertEmbedder Embedder HashingEmbedder HybridEmbedder LlamaCppEmbedder"
+    " OpenAIEmbedder suggested_threshold",
+    "entry": "CacheEntry CacheHit CacheOptions CacheStats",
+    "guards": "Verifier guard_rejection",
+    "index": "Match VectorIndex",
+    "keys": "CacheKeys canonical_json request_keys",
+    "monitor": "FalseHitMonitor MonitorState",
+    "verifier": "ParaphraseVerifier",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _HOMES)

@@ -13,7 +13,6 @@ from numbers import Real
 from ..context import Scope
 from ..errors import ConfigurationError, RequestValidationError
 from ..models import ChatRequest, ChatResponse
-from .embedders import Embedder
 from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
@@ -119,6 +118,8 @@ def check_scope(scope: Scope) -> None:
 def check_parts(embedder: object, verifier: object, monitor: object, **switches: object) -> None:
     """The cache's parts (``None`` where the default is taken) and its on/off switches
     (``strict`` may be ``None``): a ``"no"`` would be taken as true."""
+    from .embedders import Embedder  # (a cache's build imports them: not a call's checks)
+
     if embedder is not None and not isinstance(embedder, Embedder):
         raise ConfigurationError(f"embedder must be an Embedder, got {embedder!r}")
     if verifier is not None and not callable(verifier):

@@ -10,23 +10,30 @@
 * :func:`prompt_cache_key`, :func:`add_cache_breakpoints` and :class:`PrefixCacheStats` speak
   to the providers' caches and measure their hit ratio per feature.
 
+Each name is imported from its module at its first use (a provider needs only the adapters).
+
 .. versionadded:: 0.2.0
 """
 
-from .adapters import (
-    CACHE_HISTORY_KEY,
-    PREFIX_HASH_KEY,
-    STATIC_MESSAGES_KEY,
-    TEMPLATE_KEY,
-    FeatureCacheStats,
-    PrefixCacheStats,
-    add_cache_breakpoints,
-    prompt_cache_key,
-    static_prefix_hash,
-)
-from .builder import Document, Example, Prompt, PromptBuilder, canonical_json
-from .drift import DriftHook, DriftMonitor, PrefixDrift, default_drift_monitor
-from .lint import RULES, LintRule, LintWarning, lint_text
+from typing import TYPE_CHECKING
+
+from .._exports import lazy_exports
+
+if TYPE_CHECKING:  # (at run time: __getattr__ below imports each at its first read)
+    from .adapters import (
+        CACHE_HISTORY_KEY,
+        PREFIX_HASH_KEY,
+        STATIC_MESSAGES_KEY,
+        TEMPLATE_KEY,
+        FeatureCacheStats,
+        PrefixCacheStats,
+        add_cache_breakpoints,
+        prompt_cache_key,
+        static_prefix_hash,
+    )
+    from .builder import Document, Example, Prompt, PromptBuilder, canonical_json
+    from .drift import DriftHook, DriftMonitor, PrefixDrift, default_drift_monitor
+    from .lint import RULES, LintRule, LintWarning, lint_text
 
 __all__ = [
     "CACHE_HISTORY_KEY",
@@ -52,3 +59,13 @@ __all__ = [
     "prompt_cache_key",
     "static_prefix_hash",
 ]
+
+_HOMES = {
+    "adapters": "CACHE_HISTORY_KEY PREFIX_HASH_KEY STATIC_MESSAGES_KEY TEMPLATE_KEY"
+    " FeatureCacheStats PrefixCacheStats add_cache_breakpoints prompt_cache_key"
+    " static_prefix_hash",
+    "builder": "Document Example Prompt PromptBuilder canonical_json",
+    "drift": "DriftHook DriftMonitor PrefixDrift default_drift_monitor",
+    "lint": "RULES LintRule LintWarning lint_text",
+}
+__getattr__, __dir__ = lazy_exports(globals(), _HOMES)
