@@ -11,7 +11,7 @@ from typing import Any
 
 from llmguard_sdk.testing import FakeProvider
 
-# Modules a Guard with no cache, no local model and no prompt builder never uses.
+# Modules a Guard with no cache, release, local model, prompt builder or file never uses.
 OPTIONAL = (
     "llmguard_sdk.cache.core",
     "llmguard_sdk.cache.embedders",
@@ -20,6 +20,8 @@ OPTIONAL = (
     "llmguard_sdk.providers.local",
     "llmguard_sdk.prompts.lint",
     "llmguard_sdk.prompts.builder",
+    "llmguard_sdk.releases",  # (a Guard(release=...) imports them as it is built)
+    "llmguard_sdk._config_schema",  # (Guard.from_config imports it)
 )
 
 

@@ -14,7 +14,6 @@ from typing_extensions import Unpack
 
 from . import _lazy, tokens
 from ._adoption import Adoption
-from ._config_file import config_source, load_config, naming, options_for, resolve, tasks_of
 from ._core import filters, wiring
 from ._core.buffered import achat_stream, chat_stream
 from ._core.calls import (
@@ -41,7 +40,6 @@ from .models import ChatRequest, ChatResponse
 from .providers.base import Provider
 from .providers.openai_compat import _cap_pools
 from .ratelimit import LimitsConfig, RateLimiter
-from .releases import Release, ReleaseControl, ReleasePlan
 from .retry import (
     RetryBudgetPolicy,
     RetryPolicy,
@@ -51,6 +49,7 @@ from .store import Store, open_store
 
 if TYPE_CHECKING:
     from .cache import ResponseCache
+    from .releases import Release, ReleaseControl, ReleasePlan
     from .telemetry import Telemetry  # (imported with the first one: OpenTelemetry too)
 
 __all__ = ["ChatOptions", "Guard"]
@@ -390,6 +389,15 @@ class Guard(Adoption, Lifecycle):
 
         .. versionadded:: 0.2.0
         """
+        from ._config_file import (  # (the file's schema: a Guard built in code needs none)
+            config_source,
+            load_config,
+            naming,
+            options_for,
+            resolve,
+            tasks_of,
+        )
+
         parameters = inspect.signature(cls).parameters  # (a subclass's own, **kwargs: any)
         takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
         accepted = None if takes_any else [*parameters][1:]  # (not providers)

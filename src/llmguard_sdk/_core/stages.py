@@ -29,7 +29,6 @@ from ..errors import (
 from ..models import ChatRequest, ChatResponse, Timings, Usage, validate_request
 from ..providers.base import Provider
 from ..ratelimit import MemoryRateLimiter, RedisRateLimiter
-from ..releases.control import ReleaseControl
 from ..retry.budget import RetryBudget
 from ..retry.policy import RetryPolicy
 from ..telemetry._attributes import exception_type
@@ -40,6 +39,7 @@ from .routing import Routing
 
 if TYPE_CHECKING:
     from ..cache import ResponseCache
+    from ..releases.control import ReleaseControl
     from ..telemetry import Telemetry
     from .tasks import TaskRouting
 

@@ -27,8 +27,6 @@ from ..providers.base import Provider
 from ..providers.openai_compat import OpenAICompatibleProvider
 from ..ratelimit import LimitsConfig, MemoryRateLimiter, RedisRateLimiter
 from ..ratelimit._rules import unsized_calls_never_fit
-from ..releases import Release, ReleaseControl, ReleasePlan
-from ..releases.control import entries as release_entries
 from ..retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
@@ -44,6 +42,7 @@ from .tasks import TaskRouting
 
 if TYPE_CHECKING:
     from ..cache import ResponseCache
+    from ..releases import Release, ReleaseControl, ReleasePlan
     from ..telemetry import Telemetry
 
 __all__ = [
@@ -125,7 +124,23 @@ def chain(release: Release | ReleasePlan | None, providers: Entries) -> Entries:
         return providers
     if providers is not None:
         raise ConfigurationError("pass providers or release=, not both")
-    return release_entries(ReleasePlan(release) if isinstance(release, Release) else release)
+    from ..releases.control import entries
+
+    return entries(_plan(release))
+
+
+def _plan(release: Release | ReleasePlan) -> ReleasePlan:
+    from ..releases import Release, ReleasePlan  # (a Guard without a release imports none)
+
+    return ReleasePlan(release) if isinstance(release, Release) else release
+
+
+def _plan_prices(release: Release | ReleasePlan | None) -> PriceTable | None:
+    if release is None:
+        return None
+    from ..releases import ReleasePlan
+
+    return release.prices if isinstance(release, ReleasePlan) else None
 
 
 def price_table(
@@ -143,7 +158,7 @@ def price_table(
     named = {
         "Guard(prices=)": prices,
         "Budgets(prices=)": budgets.prices if isinstance(budgets, Budgets) else None,
-        "ReleasePlan(prices=)": release.prices if isinstance(release, ReleasePlan) else None,
+        "ReleasePlan(prices=)": _plan_prices(release),
     }
     given = {where: table for where, table in named.items() if table is not None}
     if not given:
@@ -169,8 +184,9 @@ def releases(
     table (:func:`price_table`)."""
     if release is None:
         return None
-    plan = ReleasePlan(release) if isinstance(release, Release) else release
-    return ReleaseControl(plan, store, price_table(prices, budgets, release), observer)
+    from ..releases import ReleaseControl
+
+    return ReleaseControl(_plan(release), store, price_table(prices, budgets, release), observer)
 
 
 def spend(
