@@ -129,7 +129,17 @@ def _refused(
     to the current release)."""
     if previous is not None:
         routes.refused_retry(run.ctx, route, previous)
+        _give_back_retry(run, route)  # never sent: it added no load
         run.leave_route(route, previous, order)
+
+
+def _give_back_retry(run: Run, route: Provider) -> None:
+    """Give back to the retry budget (if any) a retry of ``route`` it granted that was not
+    made after all."""
+    budget = run.stages.retry_budget
+    refund = getattr(budget, "refund_steps", None)
+    if refund is not None:
+        run.queue([refund(route.name)])
 
 
 def _retry(
@@ -165,9 +175,7 @@ def _retry(
             return None
         if not routes.still_fits(ctx, decision):  # the budget's round trip took the time
             routes.note_give_up(ctx, stages, error, decision)
-            refund = getattr(budget, "refund_steps", None)
-            if refund is not None:
-                run.queue([refund(route.name)])  # the retry not made goes back
+            _give_back_retry(run, route)
             return None
     yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
     return decision.wait

@@ -1,0 +1,60 @@
+"""A retry the retry budget granted but the route then refused (its breaker opened on the
+call's own failure, its rate limit had no room) was never sent: it goes back to the budget.
+It stayed spent, so an outage drained the budget (a fleet's, in Redis) with retries that
+added no load, and the retries the budget exists to allow were refused afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from llmguard_sdk import BreakerPolicy, Guard, ProviderUnavailableError, RateLimit
+from llmguard_sdk.retry import RetryBudgetPolicy, RetryPolicy
+from llmguard_sdk.retry.budget import MemoryRetryBudget
+from llmguard_sdk.testing import FakeProvider, Fault
+
+from .conftest import MODES, chat_in_mode
+
+MakeGuard = Callable[..., Guard]
+OPENS_AT_ONCE = BreakerPolicy(minimum_calls=1, window=1, probe_every=None)
+RETRIES = RetryPolicy(attempts=3, base=0.01, cap=0.05)
+# decay negligible over a test: the counts read as whole numbers
+ROOMY = RetryBudgetPolicy(ratio=0.1, min_per_second=1.0, window=1e6)
+
+
+def _retries_spent(guard: Guard, route: str) -> float:
+    budget = guard._stages.retry_budget
+    assert isinstance(budget, MemoryRetryBudget)
+    return budget.state(route).retries
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_retry_the_breaker_refused_goes_back_to_the_budget(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(fake, breaker=OPENS_AT_ONCE, retry=RETRIES, retry_budget=ROOMY, timeout=5)
+    fake.always(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError):
+        chat_in_mode(guard, mode)
+    assert fake.stats.requests == 1  # the retry was refused by the breaker the 503 opened
+    assert _retries_spent(guard, "primary") == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_retry_the_rate_limit_refused_goes_back_to_the_budget(
+    fake: FakeProvider, make_guard: MakeGuard, mode: str
+) -> None:
+    guard = make_guard(
+        fake,
+        breaker=None,
+        retry=RETRIES,
+        retry_budget=ROOMY,
+        rate_limits={"primary": RateLimit(rpm=1, batch_headroom=0)},
+        timeout=5,
+    )
+    fake.always(Fault(status=503))
+    with pytest.raises(ProviderUnavailableError):
+        chat_in_mode(guard, mode)
+    assert fake.stats.requests == 1  # the retry found no room in the rate limit
+    assert _retries_spent(guard, "primary") == pytest.approx(0.0, abs=1e-6)
