@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import pytest
 
 from llmguard_sdk import BreakerPolicy, Guard, ProviderUnavailableError, RateLimit
@@ -57,4 +58,20 @@ def test_a_retry_the_rate_limit_refused_goes_back_to_the_budget(
     with pytest.raises(ProviderUnavailableError):
         chat_in_mode(guard, mode)
     assert fake.stats.requests == 1  # the retry found no room in the rate limit
+    assert _retries_spent(guard, "primary") == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.anyio
+async def test_a_retry_cancelled_in_its_wait_goes_back_to_the_budget(
+    fake: FakeProvider, make_guard: MakeGuard
+) -> None:
+    """A call cancelled while it waits before a retry (``asyncio.wait_for``, a task group's
+    cancel) never makes that retry: the budget gets it back (``@retry`` gave it back)."""
+    patient = RetryPolicy(attempts=3, base=0.01, cap=600.0)
+    guard = make_guard(fake, breaker=None, retry=patient, retry_budget=ROOMY, timeout=900)
+    fake.always(Fault(status=503, retry_after=300))  # the retry waits 300 s
+    with anyio.move_on_after(3) as waited:  # (bounds the test: it never waits out the 300 s)
+        await guard.achat([{"role": "user", "content": "hi"}])
+    assert waited.cancelled_caught
+    assert fake.stats.requests == 1  # cancelled in the wait before the retry
     assert _retries_spent(guard, "primary") == pytest.approx(0.0, abs=1e-6)

@@ -177,7 +177,12 @@ def _retry(
             routes.note_give_up(ctx, stages, error, decision)
             _give_back_retry(run, route)
             return None
-    yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
+    try:
+        yield Sleep(routes.note_retry(ctx, route, error, attempt, decision))
+    except BaseException:  # cancelled (or closed) in the wait: the retry is never made
+        if budget is not None:
+            _give_back_retry(run, route)
+        raise
     return decision.wait
 
 
