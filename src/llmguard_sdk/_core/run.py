@@ -217,8 +217,9 @@ class Run:
         tokens back after a failure or a wait that ended early, or (``sent``: the request
         may have reached the provider) only the concurrency lease back; ``unsent`` (a call
         cut short while it waited for its slot) gives its request back too, so the next
-        call takes that slot. A 429 teaches its pause, an answer's ``headers`` the
-        provider's own counters.
+        call takes that slot, as does an ``error`` whose request provably never left (a
+        refused connection: the provider never saw it). A 429 teaches its pause, an
+        answer's ``headers`` the provider's own counters.
 
         A 429's call was not served: its request and tokens come back *after* its pause is
         learned, so the route has room for that call when the pause ends (its retry after
@@ -241,7 +242,8 @@ class Run:
             return steps
         args = limits.settle_args(reservation, refund=not sent)
         if args is not None:
-            if unsent and reservation.granted:
+            never_left = error is not None and not error.request_sent  # (connection refused)
+            if (unsent or never_left) and reservation.granted:
                 args["request_delta"] = -1.0
             steps.append(limiter._settle_steps(reservation.route, args))
         taught: LearnArgs | None = None if headers is None else limits.learned(headers)
