@@ -9,10 +9,18 @@ from collections.abc import Callable
 
 import anyio
 import pytest
+import redis
 
-from llmguard_sdk import BreakerPolicy, Guard, ProviderUnavailableError, RateLimit
+from llmguard_sdk import (
+    BreakerPolicy,
+    Guard,
+    OpenAICompatibleProvider,
+    ProviderUnavailableError,
+    RateLimit,
+)
 from llmguard_sdk.retry import RetryBudgetPolicy, RetryPolicy
 from llmguard_sdk.retry.budget import MemoryRetryBudget
+from llmguard_sdk.store import RedisStore, hash_id
 from llmguard_sdk.testing import FakeProvider, Fault
 
 from .conftest import MODES, chat_in_mode
@@ -75,3 +83,28 @@ async def test_a_retry_cancelled_in_its_wait_goes_back_to_the_budget(
     assert waited.cancelled_caught
     assert fake.stats.requests == 1  # cancelled in the wait before the retry
     assert _retries_spent(guard, "primary") == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_refused_retry_goes_back_to_a_fleets_budget(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    guard = Guard(
+        OpenAICompatibleProvider(fake.base_url, model="m", name="primary"),
+        store=redis_url,
+        key_prefix=redis_prefix,
+        breaker=OPENS_AT_ONCE,
+        retry=RETRIES,
+        retry_budget=ROOMY,
+        environ={},
+    )
+    fake.always(Fault(status=503))
+    with guard, pytest.raises(ProviderUnavailableError):
+        guard.chat([{"role": "user", "content": "hi"}])
+    assert fake.stats.requests == 1  # the retry was refused by the breaker the 503 opened
+    store = RedisStore(redis_url, key_prefix=redis_prefix)
+    key = store.key("rb", hash_id("primary"))
+    with redis.Redis.from_url(redis_url) as raw:
+        requests, retries = raw.hmget(key, "q", "r")
+    store.close()
+    assert float(requests) == pytest.approx(1.0, abs=1e-6)
+    assert float(retries) == pytest.approx(0.0, abs=1e-6)
