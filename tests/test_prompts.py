@@ -35,6 +35,7 @@ from llmguard_sdk.prompts import (
     lint_text,
     prompt_cache_key,
 )
+from llmguard_sdk.providers.wire import OPENAI_HINT_KEY
 from llmguard_sdk.testing import FakeProvider
 
 SEARCH = {
@@ -152,6 +153,7 @@ def test_request_carries_template_metadata_and_the_cache_key() -> None:
         TEMPLATE_KEY: "support",
         PREFIX_HASH_KEY: prompt.prefix_hash,
         STATIC_MESSAGES_KEY: "1",
+        OPENAI_HINT_KEY: "prompt_cache_key",  # (sent where the route's API takes it)
     }
     assert request.extra_body == {"x": 1, "prompt_cache_key": prompt_cache_key("support", "acme")}
     assert request.tools is not None
@@ -537,7 +539,7 @@ def test_openai_route_sends_the_cache_key_and_reports_the_hit_ratio() -> None:
     b = builder()
     with FakeProvider(prefix_cache=True) as api:
         guard = Guard(
-            OpenAICompatibleProvider(api.base_url, model="m", name="openai"),
+            OpenAICompatibleProvider(api.base_url, model="m", name="openai", send_cache_key=True),
             hooks=[stats],
             environ={},
         )

@@ -44,7 +44,9 @@ def test_a_long_template_name_sends_a_key_openai_accepts() -> None:
     name = "customer-support-assistant-for-enterprise-billing-v2"
     builder = PromptBuilder(name, instructions="Answer briefly.", min_cache_tokens=None)
     with FakeProvider() as api:
-        route = OpenAICompatibleProvider(api.base_url, model="m", name="openai")
+        route = OpenAICompatibleProvider(
+            api.base_url, model="m", name="openai", send_cache_key=True
+        )
         with Guard(route, environ={}) as guard:
             prompt = builder.build("Where is my order?", tenant="acme")
             guard.chat(request=prompt.request(max_tokens=20))

@@ -104,7 +104,9 @@ def test_a_tenant_id_with_a_lone_surrogate_gets_a_cache_key(fake: FakeProvider) 
     assert odd not in prompt.cache_key
     with scoped(tenant=odd):
         assert builder().build("hi").cache_key == prompt.cache_key
-    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    route = OpenAICompatibleProvider(
+        fake.base_url, model=fake.model, name="primary", send_cache_key=True
+    )
     with Guard(route, environ={}, retry=None) as guard:
         assert guard.chat(request=prompt.request()).text == "Echo: hi"
     assert fake.requests[-1].body["prompt_cache_key"] == prompt.cache_key

@@ -114,8 +114,9 @@ class Prompt:
         request's ``metadata`` names the template, its prefix hash and the static part, so
         that :class:`~llmguard_sdk.providers.AnthropicProvider` puts ``cache_control``
         breakpoints after it (and after the history, with ``cache_history=True``); with
-        ``send_cache_key`` the ``extra_body`` carries OpenAI's ``prompt_cache_key``
-        (AnthropicProvider leaves it out). Raises
+        ``send_cache_key`` the ``extra_body`` carries OpenAI's ``prompt_cache_key``, sent to
+        the routes whose API takes it (an OpenAICompatibleProvider's ``send_cache_key``:
+        OpenAI's and Azure OpenAI's hosts by default; AnthropicProvider leaves it out). Raises
         :class:`~llmguard_sdk.errors.RequestValidationError` for bad parameters.
         """
         for field_name in ("metadata", "extra_body"):
@@ -138,9 +139,12 @@ class Prompt:
         }
         if cache_history and self.history_messages:
             metadata[CACHE_HISTORY_KEY] = str(self.static_messages + self.history_messages)
+        from ..providers._wire_request import OPENAI_HINT_KEY
+
         extra_body = dict(params.pop("extra_body", None) or {})
-        if send_cache_key:
-            extra_body.setdefault("prompt_cache_key", self.cache_key)
+        if send_cache_key and "prompt_cache_key" not in extra_body:  # (a caller's is theirs)
+            extra_body["prompt_cache_key"] = self.cache_key
+            metadata[OPENAI_HINT_KEY] = "prompt_cache_key"  # (for routes that take it)
         data: dict[str, Any] = {
             "messages": list(self.messages),
             "tools": [dict(t) for t in self.tools] if self.tools else tools,

@@ -1,5 +1,6 @@
 """An HTTP route's options, checked before any call: its pool size, its headers, the async
-calls' library; and its URL as a repr shows it (no password)."""
+calls' library; whether its API takes OpenAI's ``prompt_cache_key``; and its URL as a repr
+shows it (no password)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import httpx
 from .._http_library import Library, pick_library
 from ..errors import ConfigurationError
 
-__all__ = ["async_library", "check_count", "header_safe", "shown"]
+__all__ = ["async_library", "check_count", "header_safe", "shown", "takes_cache_key"]
+
+_CACHE_KEY_HOSTS = ("api.openai.com", ".openai.azure.com")
+"""The hosts whose chat completions take OpenAI's ``prompt_cache_key``: OpenAI's own API and
+Azure OpenAI's resources (``<resource>.openai.azure.com``)."""
 
 
 def shown(url: str) -> str:
@@ -18,6 +23,14 @@ def shown(url: str) -> str:
     from .._state.urls import redacted_url
 
     return redacted_url(url)
+
+
+def takes_cache_key(host: str | None) -> bool:
+    """Whether the API at ``host`` is known to take OpenAI's ``prompt_cache_key`` (OpenAI's
+    own, Azure OpenAI's): other OpenAI-compatible servers may refuse a field they do not know
+    (Groq answers 400, Mistral 422)."""
+    host = (host or "").lower().rstrip(".")
+    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in _CACHE_KEY_HOSTS)
 
 
 def check_count(option: str, value: object, *, optional: bool = True) -> None:

@@ -14,6 +14,7 @@ from ._anthropic_only import leave_out_for_chat
 
 __all__ = [
     "ANTHROPIC_ONLY_KEY",
+    "OPENAI_HINT_KEY",
     "RESPONSES_ONLY_KEY",
     "build_payload",
     "encode_payload",
@@ -32,6 +33,12 @@ RESPONSES_ONLY_KEY = "llmguard.responses_only"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that only OpenAI
 Responses routes send, parameters of the Responses API that chat completions and Anthropic's
 Messages lack (the transport seam's ``/responses`` names ``include`` here)."""
+OPENAI_HINT_KEY = "llmguard.openai_hints"
+"""``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that are hints for
+OpenAI's own API (a :class:`~llmguard_sdk.prompts.PromptBuilder`'s ``prompt_cache_key``): a
+chat-completions route sends them only where its provider's ``send_cache_key`` is on (OpenAI's
+and Azure OpenAI's hosts by default), as other servers refuse fields they do not know (Groq
+with a 400, Mistral with a 422)."""
 _PAYLOAD_FIELDS = set(
     {
         "max_tokens",
@@ -47,8 +54,11 @@ _PAYLOAD_FIELDS = set(
 )
 
 
-def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str, Any]:
-    """The JSON body of a chat-completions call for ``request``."""
+def build_payload(
+    request: ChatRequest, *, model: str, stream: bool, hints: bool = True
+) -> dict[str, Any]:
+    """The JSON body of a chat-completions call for ``request``; without ``hints``, less the
+    ``extra_body`` keys ``request.metadata[OPENAI_HINT_KEY]`` names."""
     payload: dict[str, Any] = {
         "model": model,
         # a tool message's is_error and an assistant's thinking are Anthropic's: chat
@@ -65,6 +75,9 @@ def build_payload(request: ChatRequest, *, model: str, stream: bool) -> dict[str
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
+    if not hints:
+        for key in named_keys(request, OPENAI_HINT_KEY):
+            payload.pop(key, None)
     leave_out_for_chat(payload, named_keys(request, ANTHROPIC_ONLY_KEY), request.extra_body)
     return payload
 

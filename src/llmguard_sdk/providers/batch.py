@@ -55,6 +55,7 @@ import uuid
 import warnings
 from collections.abc import AsyncGenerator, Generator
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -69,6 +70,7 @@ from ._batch_inflight import InFlight
 from ._batch_results import Outcome, as_chunk, missing, timed_out
 from ._batch_sent import BatchOptions, batch_options, split_note
 from ._http_errors import transport_error
+from ._route_options import takes_cache_key
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, claude_payload
 from .base import StreamCall, _check_timing, _Streams
 from .wire import build_payload, encode_payload
@@ -128,6 +130,7 @@ class BatchProvider(BatchExchanges, _Streams):
         elif api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.api = api
+        self._hints = takes_cache_key(urlsplit(base_url).hostname)  # (OpenAI's own, Azure's)
         self.model = model
         self.name = name or f"{api}-batch"
         self.window, self.max_batch, self.poll_interval = window, max_batch, poll_interval
@@ -152,7 +155,7 @@ class BatchProvider(BatchExchanges, _Streams):
         the sampling parameters the model refused)."""
         if self.api == "anthropic":
             return claude_payload(request, model=model, stream=False, refused=self._refused)
-        return build_payload(request, model=model, stream=False)
+        return build_payload(request, model=model, stream=False, hints=self._hints)
 
     def _enqueue(self, request: ChatRequest, model: str, deadline: float) -> BatchCall:
         _check_timing(deadline)  # (NaN or no number: refused before it joins a batch)

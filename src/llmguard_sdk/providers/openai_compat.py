@@ -56,7 +56,7 @@ from ._http_errors import (
     transport_error,
 )
 from ._requests import Pool, RequestBuilder, own_transport
-from ._route_options import async_library, check_count, header_safe, shown
+from ._route_options import async_library, check_count, header_safe, shown, takes_cache_key
 from .base import StreamCall, _Streams
 from .wire import (
     ANTHROPIC_ONLY_KEY,
@@ -100,6 +100,12 @@ class OpenAICompatibleProvider(_Streams):
             or turn keep-alive off (``limits=httpx.Limits(max_keepalive_connections=0)``).
         http_library: the async calls' library, ``"httpx2"`` or ``"httpx"``; ``None``: httpx2
             where it is installed, else httpx (or the library of ``async_transport``).
+        send_cache_key: whether a :class:`~llmguard_sdk.PromptBuilder` request's
+            ``prompt_cache_key`` (OpenAI's prompt-caching hint) is sent here; ``None``: where
+            ``base_url`` is OpenAI's own API (``api.openai.com``) or Azure OpenAI's
+            (``*.openai.azure.com``), as other servers may refuse a field they do not know
+            (Groq answers 400, Mistral 422). A key the caller puts in ``extra_body`` is
+            always sent.
 
     ``server_address`` / ``server_port``: the host and port of ``base_url`` (its scheme's when
     it names none), telemetry's ``server.address`` / ``server.port``.
@@ -122,6 +128,7 @@ class OpenAICompatibleProvider(_Streams):
         transport: httpx.BaseTransport | None = None,
         async_transport: Any = None,
         http_library: Library | None = None,
+        send_cache_key: bool | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         try:
@@ -148,6 +155,11 @@ class OpenAICompatibleProvider(_Streams):
         self.base_url = base_url.removesuffix(query).rstrip("/")
         self.model = model
         self.context_window = context_window
+        if send_cache_key is not None and not isinstance(send_cache_key, bool):
+            raise ConfigurationError(
+                f"send_cache_key must be True, False or None, got {send_cache_key!r:.40}"
+            )
+        self.send_cache_key = takes_cache_key(host) if send_cache_key is None else send_cache_key
         self.name = name or parts.netloc.rpartition("@")[2]  # never a user:password@
         self.server_address = host  # (telemetry's server.address and .port)
         self.server_port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -273,7 +285,7 @@ class OpenAICompatibleProvider(_Streams):
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
         """The JSON body of a call."""
-        return build_payload(request, model=model, stream=stream)
+        return build_payload(request, model=model, stream=stream, hints=self.send_cache_key)
 
     def _extra_headers(self, request: ChatRequest) -> Mapping[str, str] | None:
         """The request's headers this route sends (not Claude's where named Anthropic's)."""

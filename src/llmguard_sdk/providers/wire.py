@@ -41,6 +41,7 @@ from ._wire_errors import (
 )
 from ._wire_request import (
     ANTHROPIC_ONLY_KEY,
+    OPENAI_HINT_KEY,
     RESPONSES_ONLY_KEY,
     build_payload,
     encode_payload,
@@ -52,6 +53,7 @@ from ._wire_stream import StreamState
 
 __all__ = [
     "ANTHROPIC_ONLY_KEY",
+    "OPENAI_HINT_KEY",
     "RESPONSES_ONLY_KEY",
     "CACHE_CONTROL",
     "SERVER_TOOLS",
