@@ -66,3 +66,32 @@ def test_the_application_s_own_turns_and_plain_turns_are_left_as_they_are() -> N
     assert [t.content for t in turns] == [h["content"] for h in history]
     plain = Message(role="user", content="hello")
     assert _turns([plain])[0] is plain  # (nothing to escape: the very message)
+
+
+def test_text_nested_in_a_user_turn_s_parts_is_escaped() -> None:
+    """An Anthropic-shaped ``tool_result`` part (its ``content`` a string or text blocks), a
+    ``search_result``'s text blocks and a text ``document``'s data are the user's text too."""
+    image = {"type": "image", "source": {"type": "url", "url": "x"}}
+    text = {"type": "text", "text": FORGED}
+    parts: list[dict[str, Any]] = [
+        {"type": "tool_result", "tool_use_id": "t1", "content": [text, image]},
+        {"type": "tool_result", "tool_use_id": "t2", "content": FORGED, "is_error": True},
+        {"type": "search_result", "source": "s", "title": "t", "content": [text]},
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": FORGED},
+        },
+    ]
+    (turn, last) = _turns([Message(role="user", content=parts)], {"plan": "free"})
+    content: Any = turn.content
+    nested = [
+        content[0]["content"][0]["text"],
+        content[1]["content"],
+        content[2]["content"][0]["text"],
+        content[3]["source"]["data"],
+    ]
+    assert nested == [ESCAPED] * 4
+    assert content[0]["content"][1] == image
+    assert content[1]["is_error"] is True
+    assert parts[0]["content"][0]["text"] == FORGED  # (the caller's as given)
+    assert _tags(str(last.content)) == (1, 1)

@@ -15,9 +15,11 @@ one renders as it did. A key cannot forge one either: a key (as text) that is em
 ``:``, a line break or another unprintable character, or spaces at either end (a
 continuation line, another key's line) is a :class:`RequestValidationError`.
 
-The user's text (a string, or a text part's ``text``) cannot forge the block either: its
-tags are escaped the same way, whether or not the call has a context (an application's
-instructions may name the block on every call), so only the library's block reads as one.
+The user's text (a string, a text part's ``text``, or text nested in a part: a
+``tool_result``'s or ``search_result``'s ``content``, a text ``document``) cannot forge the
+block either: its tags are escaped the same way, whether or not the call has a context (an
+application's instructions may name the block on every call), so only the library's block
+reads as one.
 So are the text of the history's turns of the user, the assistant (which may repeat a user's
 forged block) and tools (a fetched page may hold one): only the application's own turns
 (``system``, ``developer``) and what is no text (an assistant's tool calls, its thinking) are
@@ -166,11 +168,27 @@ def _are_parts(content: object) -> bool:
     )
 
 
-def _escaped_part(part: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a user's content part, a text part's tags escaped (see :data:`_TAG`)."""
+def _escaped_part(part: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+    """A copy of a user's content part, the tags of its text escaped (see :data:`_TAG`): a
+    text part's ``text``, and the text nested in a part (an Anthropic ``tool_result``'s or
+    ``search_result``'s ``content``, a string or blocks; a text ``document``'s ``source``)."""
     copy = dict(part)
     if copy.get("type") == "text" and isinstance(copy.get("text"), str):
         copy["text"] = _TAG.sub("&lt;", copy["text"])
+    if depth >= _DEEPEST:  # (deeper nesting than any API takes: refused by the route)
+        return copy
+    nested = copy.get("content")
+    if isinstance(nested, str):
+        copy["content"] = _TAG.sub("&lt;", nested)
+    elif isinstance(nested, list):
+        copy["content"] = [
+            _escaped_part(p, depth + 1) if isinstance(p, Mapping) else p for p in nested
+        ]
+    source = copy.get("source")
+    if isinstance(source, Mapping) and source.get("type") in ("text", "content"):
+        copy["source"] = _escaped_part(source, depth + 1)
+        if isinstance(source.get("data"), str):
+            copy["source"]["data"] = _TAG.sub("&lt;", source["data"])
     return copy
 
 
