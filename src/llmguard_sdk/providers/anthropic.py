@@ -197,6 +197,9 @@ class AnthropicProvider(SamplingRetries):
 # -- requests ------------------------------------------------------------------------------
 
 
+_PLAIN = {"type", "text"}  # (the keys of a text block sent as a plain string)
+
+
 def anthropic_params(request: ChatRequest) -> dict[str, Any]:
     """``system``, ``messages`` and ``tools`` (and ``tool_choice``) of ``request`` in
     Anthropic's shape, with cache breakpoints after a PromptBuilder's static part."""
@@ -212,6 +215,10 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
                 static_blocks = len(system)
             continue
         role, blocks = _turn(turn)
+        if not blocks:  # no text, thinking or calls (a filtered answer's ""): Claude's 400
+            if messages:  # (the turns beside it, of one role now, Claude combines)
+                position[index] = len(messages)
+            continue
         if messages and messages[-1]["role"] == role and role == "user" and turn.role == "tool":
             messages[-1]["content"].extend(blocks)  # tool results answer one assistant turn
         else:
@@ -226,15 +233,7 @@ def anthropic_params(request: ChatRequest) -> dict[str, Any]:
     )
     for message in messages:  # plain single-text turns stay plain strings
         content = message["content"]
-        if (
-            len(content) == 1
-            and content[0].get("type") == "text"
-            and set(content[0])
-            == {
-                "type",
-                "text",
-            }
-        ):
+        if len(content) == 1 and content[0].get("type") == "text" and content[0].keys() == _PLAIN:
             message["content"] = content[0]["text"]
     tools = [claude_tool(t) for t in request.tools] if request.tools else None
     history = _int(request.metadata, CACHE_HISTORY_KEY)

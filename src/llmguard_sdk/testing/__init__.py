@@ -67,7 +67,8 @@ tokens (each message is its words framed by 4 tokens, so the counts above hold):
   ``cache_read_input_tokens`` is the longest breakpoint prefix written by an earlier request,
   ``cache_creation_input_tokens`` what this request writes up to its last breakpoint, and
   ``input_tokens`` the rest. As Claude, it answers 400 to more than four breakpoints, to a
-  1-hour one after a 5-minute one, and to one on a thinking block or an empty text.
+  1-hour one after a 5-minute one, to one on a thinking block or an empty text, and to a
+  turn with empty content (but a final assistant one).
 
 Prefixes shorter than ``prefix_cache_min_tokens`` are never cached (real providers: 1024).
 

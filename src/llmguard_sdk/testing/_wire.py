@@ -320,6 +320,12 @@ def _messages_problem(body: Any, version: str | None, strict: bool = False) -> s
             return "messages: each message needs role 'user' or 'assistant'"
         if not isinstance(message.get("content"), (str, list)):
             return "messages: each message needs content"
+    for i, message in enumerate(messages):
+        if not message["content"] and (i < len(messages) - 1 or message["role"] == "user"):
+            return (
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         return "system: must be a string or a list of text blocks"
