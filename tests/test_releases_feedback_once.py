@@ -33,6 +33,11 @@ def store(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
 
 def _guard(a: FakeProvider, b: FakeProvider, store: dict[str, Any], otel: Exported) -> Guard:
+    return Guard(release=plan(a, b), environ={}, telemetry=otel.telemetry, **store)
+
+
+def plan(a: FakeProvider, b: FakeProvider) -> ReleasePlan:
+    """v1 on ``a``, its candidate v2 on ``b`` in a canary of half the users (by ``users``)."""
     current = Release(
         "bot", "v1", OpenAICompatibleProvider(a.base_url, model="fake-a-2025-01-01", name="a")
     )
@@ -40,11 +45,10 @@ def _guard(a: FakeProvider, b: FakeProvider, store: dict[str, Any], otel: Export
         "bot", "v2", OpenAICompatibleProvider(b.base_url, model="fake-b-2025-02-01", name="b")
     )
     policy = CanaryPolicy(stages=(0.5, 1.0), flush_interval=60.0, min_calls=10**6)
-    plan = ReleasePlan(current, candidate=candidate, canary=policy)
-    return Guard(release=plan, environ={}, telemetry=otel.telemetry, **store)
+    return ReleasePlan(current, candidate=candidate, canary=policy)
 
 
-def _users(inside: bool, count: int) -> list[str]:
+def users(inside: bool, count: int) -> list[str]:
     users = (f"u{i}" for i in range(10_000))
     return [u for u in users if in_canary(f"bot:{u}", 0.5) == inside][:count]
 
@@ -58,10 +62,10 @@ def test_one_user_pressing_thumbs_down_again_and_again_rolls_nothing_back(
             controls = guard.releases
             assert controls is not None
             controls.start_now()
-            for user in _users(False, 40):  # forty content users of the current release
+            for user in users(False, 40):  # forty content users of the current release
                 answer = guard.chat(USER, user=user)
                 assert controls.feedback(answer.metadata["call_id"], 1.0)
-            answer = guard.chat(USER, user=_users(True, 1)[0])
+            answer = guard.chat(USER, user=users(True, 1)[0])
             assert answer.route == "b"  # a canary call
             counted = [controls.feedback(answer.metadata["call_id"], 0.0) for _ in range(20)]
             stage = controls.flush()

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._ids import UniqueIds
 from .._state.stores import Outage, RedisStore, Store, redis_errors
 from ..budget._reserve import with_output_limit
 from ..budget.prices import PriceTable
@@ -64,6 +65,7 @@ __all__ = ["ReleaseControl", "entries"]
 
 logger = logging.getLogger("llmguard_sdk")
 _FEEDBACK_MEMORY = 10_000  # calls whose arm feedback can still find
+_CALL_IDS = UniqueIds(random_digits=8)  # an answer's call_id where telemetry gave none
 _CHECK_EVERY_S = 3600.0  # retirement checks
 _HOLD_FLUSHES = 10  # flush intervals a candidate holds its canary's key after an exchange
 
@@ -237,6 +239,8 @@ class ReleaseControl:
         if response is not None and response.metadata.get("cache") and not stood_in:
             return  # a cache hit says nothing about the release
         call_id = response.metadata.get("call_id") if response is not None else None
+        if response is not None and call_id is None:  # (telemetry off: feedback needs one)
+            call_id = response.metadata["call_id"] = _CALL_IDS.next()
         if counted and not _refused_by_guard(ctx, error, stood_in):
             rejected = isinstance(error, GuardrailRejectedError) and error.stage == "output"
             # the user's own fault (a bad request) or a spend budget is no sign of the arm's
