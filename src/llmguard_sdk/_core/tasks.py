@@ -294,13 +294,16 @@ def _next_tier(ctx: CallContext, stages: Stages, order: tuple[Provider, ...], ti
 
 
 def _served(ctx: CallContext, choice: TaskChoice, response: ChatResponse) -> ChatResponse:
-    """The answer with the cascade's total cost and record."""
+    """The answer with the cascade's total cost (what is known of it: ``"estimated"`` where
+    a tier's answer had no price) and record."""
     tried: list[dict[str, Any]] = [dataclasses.asdict(t) for t in choice.tried]
     record = {"name": choice.cascade_name, "tier": choice.tier, "escalated_from": tried}
     update: dict[str, Any] = {"metadata": {**response.metadata, "cascade": record}}
-    if choice.tried and response.cost_usd is not None:
-        update["cost_usd"] = response.cost_usd + choice.rejected_cost()
+    served = response.cost_usd
+    if choice.tried and (served is not None or any(t.cost_usd is not None for t in choice.tried)):
+        update["cost_usd"] = (served or 0.0) + choice.rejected_cost()
         unpriced = any(t.cost_usd is None for t in choice.tried if t.reason != "error")
+        unpriced = unpriced or served is None  # (an unpriced model served: its part unknown)
         if unpriced or any(t.cost_usd for t in choice.tried if t.reason == "error"):
             update["cost_source"] = "estimated"  # (a failed tier's requests: estimated)
     return response.model_copy(update=update)
