@@ -146,6 +146,8 @@ def json_schema(schema: Mapping[str, Any] | None = None) -> Check:
     ``minLength``, ``maxLength``, ``minItems``, ``maxItems``. An answer in a Markdown code
     fence is read inside it.
     """
+    if schema is not None and not isinstance(schema, Mapping):  # ("x" raised ValueError)
+        raise ConfigurationError(f"json_schema needs a JSON schema object, got {schema!r:.60}")
     fixed = dict(schema) if schema is not None else None
 
     def check(request: ChatRequest, response: ChatResponse) -> str | None:

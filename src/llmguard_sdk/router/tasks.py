@@ -170,6 +170,11 @@ class TaskRouter:
         self.tiers: dict[str, tuple[str, ...]] = {}
         for name, members in tiers.items():
             listed = [members] if isinstance(members, (str, Provider, DeploymentGroup)) else members
+            if not isinstance(listed, Sequence) or isinstance(listed, (bytes, bytearray)):
+                raise ConfigurationError(  # (5 raised TypeError; a set has no order to try)
+                    f"tier {name!r} must list route or group names in order (a list), "
+                    f"got {type(members).__name__}"
+                )
             if not listed:
                 raise ConfigurationError(f"tier {name!r} lists no route")
             self.tiers[name] = tuple(_entry_name(m) for m in listed)
