@@ -82,3 +82,19 @@ def test_a_lazy_packages_names_are_its_modules_objects() -> None:
         "all(hasattr(m, n) for m in (c, p, q) for n in m.__all__)]))"
     )
     assert _printed(code) == [True] * 5
+
+
+def test_a_name_that_is_also_its_module_stays_the_name() -> None:
+    """``llmguard_sdk.cache.calibrate`` is the function, as the eager imports made it, even
+    once its module was imported first (a cache's core imports it): the import system binds a
+    submodule on its package as it is imported."""
+    code = (
+        "import json\n"
+        "from llmguard_sdk.cache import ResponseCache\n"
+        "from llmguard_sdk.cache.calibrate import calibrate as function\n"
+        "import llmguard_sdk.cache as c\n"
+        "from llmguard_sdk.cache import calibrate\n"
+        "print(json.dumps([calibrate is function, c.calibrate is function, "
+        "callable(calibrate)]))"
+    )
+    assert _printed(code) == [True] * 3

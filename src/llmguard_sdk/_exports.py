@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +24,9 @@ def lazy_exports(
     if rest is not None:
         public = (name for name in namespace["__all__"] if not name.startswith("__"))
         home.update((name, rest) for name in public if name not in home)
+    named_as_module = {name for name, module in home.items() if name == module}
+    if named_as_module:  # (cache.calibrate, the function, in calibrate.py)
+        _keep_names(sys.modules[package], named_as_module)
 
     def __getattr__(name: str) -> Any:
         module = home.get(name)
@@ -43,3 +48,19 @@ def lazy_exports(
         return sorted({*namespace, *namespace["__all__"]})
 
     return __getattr__, __dir__
+
+
+def _keep_names(package: types.ModuleType, names: set[str]) -> None:
+    """``package``'s public names in ``names`` kept as the objects their same-named
+    submodules define: the import system binds a submodule on its package as it is imported
+    (``from .calibrate import Scorer`` in another module), over the eager imports' name."""
+    prefix = f"{package.__name__}."
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name: str, value: Any) -> None:
+            module = isinstance(value, types.ModuleType) and value.__name__ == prefix + name
+            if name in names and module and hasattr(value, name):
+                value = getattr(value, name)
+            super().__setattr__(name, value)
+
+    package.__class__ = _Package
