@@ -25,7 +25,8 @@ closed (a :class:`~llmguard_sdk.PerLoop` object kept there, and a filter's own u
 generator, whose ``finally`` runs), waited for 10 s at most. A client a filter kept on it
 fails on the fresh one with a :class:`~llmguard_sdk.errors.ConfigurationError` that says
 so. At interpreter exit the loop is shut down the same way (the waits it has left
-cancelled), waited for 5 s at most. A loop held by a sync call that a filter made
+cancelled: a daemon thread's sync call still waiting never ends, the thread dying with the
+process), waited for 5 s at most. A loop held by a sync call that a filter made
 (``guard.chat`` in an ``async def`` filter) is not given up: that call is bounded by its own
 deadline. An interrupt of a sync call's wait (Ctrl-C) cancels the filter's task and is
 thrown into the plan, as an async call's cancellation is: the call is reported as cancelled.
@@ -280,6 +281,7 @@ class _FilterLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.made = 0
+        self.exiting = False  # (:meth:`stop` ran: the interpreter exits)
         """How many filter loops this process made (a fork's parent's count too)."""
 
     def renew(self) -> None:
@@ -341,6 +343,7 @@ class _FilterLoop:
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self.exiting = True
         if loop is None or thread is None or thread is threading.current_thread():
             return
         with contextlib.suppress(RuntimeError):  # (closed meanwhile)
@@ -431,11 +434,27 @@ def _blocking(pending: Pending) -> Outcome:
     submitted: _Submitted | None = None
     try:
         submitted = _LOOP.submit(pending)
-        return _bound_elsewhere(_waited(submitted, pending), pending, submitted.number)
+        outcome = _bound_elsewhere(_waited(submitted, pending), pending, submitted.number)
     except BaseException as exc:  # interrupted (KeyboardInterrupt): its filter cancelled
         if submitted is not None:
             submitted.future.cancel()
-        return False, exc
+        outcome = False, exc
+    ok, error = outcome
+    if not ok and _LOOP.exiting and isinstance(error, _CANCELLED):
+        _until_exit()
+    return outcome
+
+
+_CANCELLED = (asyncio.CancelledError, concurrent.futures.CancelledError)
+
+
+def _until_exit() -> None:
+    """A daemon thread's wait that the interpreter's exit cancelled (:meth:`_FilterLoop.stop`)
+    never ends: the thread dies with the process, as daemon threads do, its call neither
+    returning nor raising that cancellation (a ``CancelledError`` out of a sync call, its
+    traceback on stderr as the process ends)."""
+    if threading.current_thread().daemon:
+        threading.Event().wait()
 
 
 def _waited(submitted: _Submitted, pending: Pending) -> Outcome:
