@@ -42,8 +42,9 @@ from .._decorating import is_async_callable, may_return_awaitable, unwrap_method
 from .._keywords import check_keywords
 from ..classify import classify_exception
 from ..context import RetryDetails
-from ..errors import ConfigurationError, ProviderError, RejectedResultError
+from ..errors import ConfigurationError, ProviderError, RefusedError, RejectedResultError
 from ._generators import retry_generator
+from ._refunds import agive_back, give_back
 from ._testing import testing_attempts, testing_remaining, testing_wait
 from ._verdicts import (
     NO_RESULT,
@@ -143,6 +144,7 @@ class Attempt:
         self.decision: Decision | None = None
         self.cause: Exception | None = None  # set when a failure was swallowed for a retry
         self.delivered = False
+        self.refused = False  # a retry the SDK refused to send (an open breaker): never made
         self._result: Any = NO_RESULT
 
     def set_result(self, result: Any) -> None:
@@ -183,11 +185,15 @@ class Attempt:
             previous_wait=loop.previous_wait,
             delivered=self.delivered,
         )
-        if decision.retry:
-            self.cause = exc  # swallowed: the loop asks the budget, then waits and goes on
-        elif decision.reason != "not-retryable":
+        # a retry refused unsent goes back to the budget: the loop does it (async where it
+        # runs async), then raises the refusal unless it is retried
+        self.refused = self.number > 1 and not self.delivered and isinstance(exc, RefusedError)
+        swallowed = decision.retry or (self.refused and retrying.budget is not None)
+        if swallowed:
+            self.cause = exc  # the loop asks the budget, then waits and goes on
+        if not decision.retry and decision.reason != "not-retryable":
             retrying.give_up(self, exc, decision)
-        return decision.retry
+        return swallowed
 
 
 class Retrying:
@@ -380,16 +386,19 @@ class Retrying:
         attempts, budget = self._attempts(), self.budget
         if budget is not None and not recorded:
             budget.record_request(self.budget_key)
+        owed = False  # a retry the budget granted, not sent yet (a refused one is reused)
         for attempt in attempts:
             yield attempt
-            if attempt.cause is None and not self.rejects(attempt):
-                return
-            granted = budget is None or budget.try_spend(self.budget_key)
+            owed = owed and attempt.refused
             try:
-                time.sleep(self._go_on(attempt, granted))
-            except BaseException:  # a hook raised, the wait was interrupted: never made
-                if granted and budget is not None:
-                    _give_back(budget, self.budget_key)
+                if attempt.cause is None and not self.rejects(attempt):
+                    return
+                _refused_stands(attempt)
+                owed = owed or (budget is not None and budget.try_spend(self.budget_key))
+                time.sleep(self._go_on(attempt, budget is None or owed))
+            except BaseException:  # refused, a hook raised, the wait was interrupted
+                if owed and budget is not None:
+                    give_back(budget, self.budget_key)
                 raise
 
     def __aiter__(self) -> AsyncIterator[Attempt]:
@@ -401,16 +410,19 @@ class Retrying:
         attempts, budget = self._attempts(), self.budget
         if budget is not None and not recorded:
             await budget.arecord_request(self.budget_key)
+        owed = False  # a retry the budget granted, not sent yet (a refused one is reused)
         for attempt in attempts:
             yield attempt
-            if attempt.cause is None and not self.rejects(attempt):
-                return
-            granted = budget is None or await budget.atry_spend(self.budget_key)
+            owed = owed and attempt.refused
             try:
-                await anyio.sleep(self._go_on(attempt, granted))
-            except BaseException:  # a hook raised, the wait was cancelled: never made
-                if granted and budget is not None:
-                    await _agive_back(budget, self.budget_key)
+                if attempt.cause is None and not self.rejects(attempt):
+                    return
+                _refused_stands(attempt)
+                owed = owed or (budget is not None and await budget.atry_spend(self.budget_key))
+                await anyio.sleep(self._go_on(attempt, budget is None or owed))
+            except BaseException:  # refused, a hook raised, the wait was cancelled
+                if owed and budget is not None:
+                    await agive_back(budget, self.budget_key)
                 raise
 
 
@@ -454,21 +466,11 @@ def _call_site() -> str:
     return f"{frame.f_globals.get('__name__', '?')}.{function}:{frame.f_lineno}"
 
 
-def _give_back(budget: RetryBudget, key: str) -> None:
-    """Return a retry ``budget`` gave that was never made (a budget without ``refund``,
-    which :class:`RetryBudget` does not require, keeps it)."""
-    refund = getattr(budget, "refund", None)
-    if callable(refund):
-        refund(key)
-
-
-async def _agive_back(budget: RetryBudget, key: str) -> None:
-    """Async :func:`_give_back`, shielded: it runs while the loop is being cancelled (a
-    Redis budget's call is bounded by the store's socket timeout)."""
-    refund = getattr(budget, "arefund", None)
-    if callable(refund):
-        with anyio.CancelScope(shield=True):
-            await refund(key)
+def _refused_stands(attempt: Attempt) -> None:
+    """Raise the refusal ``attempt`` swallowed only to give its retry back (not retried)."""
+    if attempt.refused and attempt.decision is not None and not attempt.decision.retry:
+        assert attempt.cause is not None
+        raise attempt.cause
 
 
 def retry_context(**options: Unpack[RetryOptions]) -> Retrying:
