@@ -10,6 +10,7 @@ import datetime
 import email.utils
 import math
 import re
+import sys
 import time
 from collections.abc import Mapping
 
@@ -34,6 +35,9 @@ _UNIT_SECONDS = {
     "h": 3600.0,
 }
 _LIMIT_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
+# a wait written past a float's range ("1e400", 400 digits): longer than any deadline, as a
+# huge finite one is (not "no wait said", which would retry on backoff against it)
+_LONGEST_WAIT_S = sys.float_info.max
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
@@ -41,16 +45,18 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
 
     ``retry-after-ms`` (OpenAI, Azure) wins over ``Retry-After``, which may hold seconds or an
     HTTP-date (RFC 9110). ``now`` is the wall-clock time used for dates (default: the system's).
-    Unparseable or negative values give ``None``; a date in the past gives ``0.0``.
+    Unparseable or negative values give ``None``; a date in the past gives ``0.0``; a
+    number past a float's range (``1e400``) the largest float, a wait longer than any
+    deadline.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
-    millis = _number(lowered.get("retry-after-ms"))
+    millis = _number(lowered.get("retry-after-ms"), overflow=_LONGEST_WAIT_S)
     if millis is not None:
         return millis / 1000.0
     raw = lowered.get("retry-after")
     if raw is None:
         return None
-    seconds = _number(raw)
+    seconds = _number(raw, overflow=_LONGEST_WAIT_S)
     if seconds is not None:
         return seconds
     try:
@@ -68,13 +74,18 @@ def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items() if k.lower().startswith("x-ratelimit-")}
 
 
-def _number(raw: str | None) -> float | None:
+def _number(raw: str | None, *, overflow: float | None = None) -> float | None:
+    """A finite number >= 0 written in ASCII (``float``'s syntax, without ``_``), else None;
+    ``overflow``: what a number past a float's range (``1e400``, not the word ``inf``)
+    reads as (None unless given)."""
     if raw is None or not raw.isascii() or "_" in raw:  # float() takes "1_0" and "١٢"
         return None
     try:
         value = float(raw.strip())
     except ValueError:
         return None
+    if value == math.inf and any(c.isdigit() for c in raw):  # digits, not "inf": overflow
+        return overflow
     if not math.isfinite(value) or value < 0:
         return None
     return value
