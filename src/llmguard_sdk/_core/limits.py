@@ -4,7 +4,6 @@ what was used, and what the provider's own counters teach the limiter."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
@@ -14,7 +13,7 @@ from ..context import CallContext
 from ..errors import ProviderError, ProviderTimeoutError
 from ..models import ChatRequest, ChatResponse, Usage
 from ..providers.base import Provider
-from ..providers.headers import rate_limit_reset_seconds
+from ..providers.headers import limit_count, rate_limit_reset_seconds
 from ..ratelimit import Grant, LearnArgs, SettleArgs
 from ..ratelimit._rules import new_call_id
 from ..retry.policy import MIN_ATTEMPT_SECONDS
@@ -301,41 +300,28 @@ def with_usage(response: ChatResponse, used: Usage | None) -> ChatResponse:
     return response.model_copy(update={"usage": used})
 
 
-_REMAINING = (
-    (
-        "remaining_requests",
-        ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
-    ),
-    ("remaining_tokens", ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining")),
-    (
-        "remaining_input_tokens",
-        ("x-ratelimit-remaining-input-tokens", "anthropic-ratelimit-input-tokens-remaining"),
-    ),
-    (
-        "remaining_output_tokens",
-        ("x-ratelimit-remaining-output-tokens", "anthropic-ratelimit-output-tokens-remaining"),
-    ),
+_REMAINING = (  # the limiter's names for the provider's remaining counts, by limit kind
+    ("requests", "remaining_requests"),
+    ("tokens", "remaining_tokens"),
+    ("input-tokens", "remaining_input_tokens"),
+    ("output-tokens", "remaining_output_tokens"),
 )
 
 
 def provider_counters(headers: Mapping[str, str]) -> dict[str, float]:
     """The provider's remaining counts in an answer's headers (``x-ratelimit-remaining-*``,
     Anthropic's ``anthropic-ratelimit-*-remaining``), keyed as the limiter's ``learn``
-    takes them; empty when there are none."""
+    takes them; empty when there are none. Read as every count header is
+    (:func:`~llmguard_sdk.providers.headers.limit_count`): ASCII digits, finite, >= 0; a
+    garbage one (``0_0``, ``nan``, other scripts' digits) is left out, never learned."""
     found: dict[str, float] = {}
     if "ratelimit" not in " ".join(headers).lower():  # (every name looked for says so)
         return found
     lowered = {k.lower(): v for k, v in headers.items()}
-    for name, header_names in _REMAINING:
-        for header in header_names:
-            raw = lowered.get(header)
-            try:
-                value = float(raw) if raw is not None else None
-            except ValueError:
-                value = None
-            if value is not None and 0 <= value < math.inf:
-                found[name] = value
-                break
+    for kind, name in _REMAINING:
+        value = limit_count(lowered, "remaining", kind)
+        if value is not None:
+            found[name] = value
     return found
 
 
