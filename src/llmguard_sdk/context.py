@@ -217,6 +217,9 @@ class CallContext:
     release: str | None = None  # the release serving the call (name@version), if any
     prompt_version: str | None = None  # that release's prompt_version, if it has one
     arm: Literal["control", "canary", "shadow"] | None = None  # its side of the release
+    # the version of the canary stage its arm was chosen at (None: no canary stage read):
+    # its outcome and feedback count toward that stage's evidence, none other's
+    stage_version: int | None = None
     base_request: ChatRequest | None = None  # the request before the release applied itself
 
     def begin_attempt(self, route: str) -> AttemptRecord:

@@ -106,10 +106,11 @@ class ReleaseControl:
         self._routing = {r.id: Routing(r.routes) for r in (plan.release, plan.candidate) if r}
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
-        self._pending: tuple[dict[str, float], dict[str, float]] = ({}, {})
+        # per stage version: the control's and the canary's counters taken under it
+        self._pending: dict[int, tuple[dict[str, float], dict[str, float]]] = {}
         self._stage: Stage | None = None
         self._waits_for: str | None = None  # another candidate holding the canary's key
-        self._arms: OrderedDict[str, Arm] = OrderedDict()
+        self._arms: OrderedDict[str, tuple[Arm, int]] = OrderedDict()  # (arm, stage version)
         self._rng = random.Random()
         self._warned: set[tuple[str, dt.date, dt.date]] = set()
         self._next_check = 0.0
@@ -146,9 +147,11 @@ class ReleaseControl:
 
     # -- the call path ----------------------------------------------------------------------
 
-    def serving(self, key: str | None) -> tuple[Release, Arm]:
-        """The release a call with sticky id ``key`` is served by now, and its arm."""
-        plan, stage, policy = self.plan, self._stage, self.policy
+    def serving(self, key: str | None, stage: Stage | None = None) -> tuple[Release, Arm]:
+        """The release a call with sticky id ``key`` is served by at ``stage`` (default: the
+        stage now), and its arm."""
+        plan, policy = self.plan, self.policy
+        stage = self._stage if stage is None else stage
         if self._fixed_arm is not None:
             return plan.release, self._fixed_arm
         if plan.candidate is None or stage is None or policy is None:
@@ -173,8 +176,10 @@ class ReleaseControl:
             self._start()  # the first call starts the exchange with the store
         sticky = self.policy.sticky_by if self.policy is not None else "user"
         key = ctx.scope.user if sticky == "user" else ctx.scope.tenant
-        release, arm = self.serving(key)
+        stage = self._stage  # (read once: the arm and the stage its outcome counts under)
+        release, arm = self.serving(key, stage)
         ctx.release, ctx.arm, ctx.base_request = release.id, arm, ctx.request
+        ctx.stage_version = stage.version if stage is not None else None
         ctx.prompt_version = release.prompt_version
         ctx.request = release.apply(ctx.request)  # before a ranking counts its tokens
         ctx.route_order = self._routing[release.id].ranked(ctx, prices)
@@ -224,14 +229,14 @@ class ReleaseControl:
         if ctx.arm is None:
             return
         stage = self._stage
+        version = ctx.stage_version  # the stage the call was served at: its evidence
         counted = (
             stage is not None and stage.status == "canary" and ctx.arm in ("control", "canary")
         )
         if cancelled:
             if counted:
-                self._count(
-                    ctx.arm, observation(ctx.elapsed(), None, failed=False, rejected=False), None
-                )
+                delta = observation(ctx.elapsed(), None, failed=False, rejected=False)
+                self._count(ctx.arm, version, delta, None)
             return
         # every route of the arm failed: an answer stood in, or the call went on to the
         # current release's routes (served there, or refused there: by a budget, say)
@@ -253,7 +258,7 @@ class ReleaseControl:
                 delta = observation(ctx.elapsed(), cost, failed=failed, rejected=rejected)
                 # (an answer that stood in, the current release's say, is not the arm's: its
                 # feedback says nothing of the arm)
-                self._count(ctx.arm, delta, None if stood_in else call_id)
+                self._count(ctx.arm, version, delta, None if stood_in else call_id)
         # the release's calls only: a promoted candidate's would be shadowed to itself; and
         # none to a candidate rolled back (the canary found it bad: its calls cost, for nothing)
         shadowed = ctx.arm == "control" and ctx.release == self.plan.release.id
@@ -261,21 +266,28 @@ class ReleaseControl:
         if self.shadow is not None and shadowed and response is not None and not stood_in:
             self.shadow.offer(ctx, response)
 
-    def _count(self, arm: Arm, delta: Mapping[str, float], call_id: Any) -> None:
+    def _count(
+        self, arm: Arm, version: int | None, delta: Mapping[str, float], call_id: Any
+    ) -> None:
+        """Add ``delta`` to ``arm``'s counters of the stage at ``version`` (the call's; None:
+        served before any stage was read, nothing counted)."""
+        if version is None:
+            return
         with self._lock:
-            counters = self._pending[0 if arm == "control" else 1]
+            counters = self._pending.setdefault(version, ({}, {}))[0 if arm == "control" else 1]
             for name, value in delta.items():
                 counters[name] = counters.get(name, 0.0) + value
             if isinstance(call_id, str):
-                self._arms[call_id] = arm
+                self._arms[call_id] = (arm, version)
                 if len(self._arms) > _FEEDBACK_MEMORY:
                     self._arms.popitem(last=False)
 
     def feedback(self, call_id: str, score: float) -> bool:
         """Count a feedback score on the arm of the call ``call_id`` (if remembered): one a
         call, the first (each is a trial of the test: one user's repeated presses on one
-        answer, or a grader retried, were as many scores, enough to roll a candidate back).
-        Whether it counted.
+        answer, or a grader retried, were as many scores, enough to roll a candidate back),
+        and only while the stage the call was served at lasts (a score for a call of a stage
+        since promoted is no evidence of the next one). Whether it counted.
 
         Raises:
             RequestValidationError: ``call_id`` is not a string, or ``score`` not a finite
@@ -288,11 +300,13 @@ class ReleaseControl:
         if self.policy is None:
             return False
         with self._lock:  # (taken: a second score for the call finds it no more)
-            arm = self._arms.pop(call_id, None)
-        if arm is None:
-            return False
+            served = self._arms.pop(call_id, None)
+        stage = self._stage
+        if served is None or stage is None or stage.version != served[1]:
+            return False  # (a call served at a stage since moved on: no evidence of this one)
         low = 1.0 if score < self.policy.feedback_threshold else 0.0
-        self._count(arm, {"fb": 1.0, "fb_low": low}, None)
+        # under the stage the call was served at (its share, its counters)
+        self._count(served[0], served[1], {"fb": 1.0, "fb_low": low}, None)
         return True
 
     # -- the background exchange --------------------------------------------------------------
@@ -326,10 +340,11 @@ class ReleaseControl:
             return None
         if not self._outage.up():  # the counters wait for Redis, counted under their stage
             return self._stage
-        with self._lock:
-            control, canary = self._pending
-            self._pending = ({}, {})
+        with self._lock:  # the counters of the stage now; those of stages before it are
+            # no evidence of it (the store would drop them too: their stage moved on)
             version = self._stage.version if self._stage is not None else 0
+            control, canary = self._pending.pop(version, ({}, {}))
+            self._pending.clear()
         try:
             found = backend.exchange(
                 self.plan.store_key, candidate.id, version, control, canary, policy.stages,
