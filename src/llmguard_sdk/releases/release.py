@@ -161,10 +161,15 @@ class Release:
         neither from the release.
 
         A :class:`~llmguard_sdk.prompts.PromptBuilder`'s request keeps metadata that describe
-        what is sent: its prefix hash is the release's prompt's (with the request's tools),
-        the prompt counts as static, and the history's breakpoint moves with an inserted
-        message."""
+        what is sent: its prefix hash is that of the system prompt sent (the release's, or
+        the builder's static part) with the tools sent (the request's, or those the release's
+        parameters add), the release's prompt counts as static, and the history's breakpoint
+        moves with an inserted message."""
         update = _unset_parameters(self.parameters, request)
+        if "tools" in update and self.system_prompt is None:  # the builder's static part
+            metadata = _prompt_metadata(request, update, None, False)
+            if metadata is not None:
+                update["metadata"] = metadata
         if self.system_prompt is not None and request.messages:
             messages = list(request.messages)
             first = messages[0]
@@ -175,9 +180,7 @@ class Release:
             else:
                 messages[0] = system
             update["messages"] = messages
-            metadata = _prompt_metadata(
-                request, update.get("metadata", request.metadata), self.system_prompt, inserted
-            )
+            metadata = _prompt_metadata(request, update, self.system_prompt, inserted)
             if metadata is not None:
                 update["metadata"] = metadata
         return request.model_copy(update=update) if update else request
@@ -206,17 +209,26 @@ def _unset_parameters(parameters: Mapping[str, Any], request: ChatRequest) -> di
 
 
 def _prompt_metadata(
-    request: ChatRequest, metadata: Mapping[str, str] | None, system_prompt: str, inserted: bool
+    request: ChatRequest, update: Mapping[str, Any], system_prompt: str | None, inserted: bool
 ) -> dict[str, str] | None:
-    """A builder's request's ``metadata`` once ``system_prompt`` leads its messages
-    (``inserted`` before them, or in the place of its first): None for a request no builder
-    made."""
-    metadata = metadata or {}
+    """A builder's request's ``metadata`` once ``update`` (the release's) applies: with
+    ``system_prompt`` leading its messages (``inserted`` before them, or in the place of its
+    first), or (None) its own static part kept, the hash is of the system prompt and the
+    tools sent. None for a request no builder made."""
+    metadata: Mapping[str, str] = update.get("metadata", request.metadata) or {}
     if PREFIX_HASH_KEY not in metadata:
         return None
     updated = dict(metadata)
-    updated[PREFIX_HASH_KEY] = static_prefix_hash(system_prompt, request.tools)
     static = _count(metadata.get(STATIC_MESSAGES_KEY))
+    tools = update.get("tools", request.tools)
+    if system_prompt is None:  # the builder's static system message (none: no static text)
+        first = request.messages[0] if request.messages else None
+        own = first.content if first is not None and first.role == "system" else None
+        updated[PREFIX_HASH_KEY] = static_prefix_hash(
+            own if static and isinstance(own, str) else "", tools
+        )
+        return updated
+    updated[PREFIX_HASH_KEY] = static_prefix_hash(system_prompt, tools)
     updated[STATIC_MESSAGES_KEY] = str(max(static + inserted, 1))
     history = _count(metadata.get(CACHE_HISTORY_KEY))
     if history:  # the breakpoint stays on the history's last message
