@@ -76,10 +76,17 @@ def build_payload(
         payload["stream_options"] = {"include_usage": True}
     payload.update(sent_extra_body(request))
     if not hints:
-        for key in named_keys(request, OPENAI_HINT_KEY):
-            payload.pop(key, None)
+        leave_out_hints(payload, request)
     leave_out_for_chat(payload, named_keys(request, ANTHROPIC_ONLY_KEY), request.extra_body)
     return payload
+
+
+def leave_out_hints(payload: dict[str, Any], request: ChatRequest) -> None:
+    """Take the OpenAI hints a builder added (the keys ``request.metadata[OPENAI_HINT_KEY]``
+    names: its ``prompt_cache_key``) out of ``payload``, for a route whose ``send_cache_key``
+    is off (chat completions and Responses alike)."""
+    for key in named_keys(request, OPENAI_HINT_KEY):
+        payload.pop(key, None)
 
 
 def function_tool(tool: Mapping[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,7 @@ from ._responses_params import (
 )
 from ._responses_reasoning import StreamedItems, keep_reasoning
 from ._server_tools import openai_tool_uses, with_tool_uses
+from ._wire_request import leave_out_hints
 from .anthropic import AnthropicStreamState
 from .openai_compat import OpenAICompatibleProvider
 from .wire import (
@@ -100,6 +101,12 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
             ``https://<provider host>/v1``.
         options: the other arguments of :class:`~llmguard_sdk.OpenAICompatibleProvider`
             (``api_key``, ``model``, ``name`` ...).
+        send_cache_key: whether a :class:`~llmguard_sdk.PromptBuilder` request's
+            ``prompt_cache_key`` is sent here, by the rule of
+            :class:`~llmguard_sdk.OpenAICompatibleProvider`'s (``None``, the default: where
+            ``base_url`` is OpenAI's own API or Azure OpenAI's; a server of the Responses API
+            elsewhere may refuse a field it does not know). A key the caller puts in
+            ``extra_body`` is always sent.
         store: the ``store`` sent with requests that do not set their own (a Responses
             caller's ``store``, ``extra_body={"store": ...}``). ``False`` by default: OpenAI
             keeps a response it is not told not to store (for 30 days at least), and the
@@ -125,7 +132,9 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
     ``logit_bias``, ``prediction``) are not sent (a
     :class:`~llmguard_sdk.errors.DroppedParameterWarning`, once per parameter).
 
-    .. versionchanged:: 0.2.0 chat's parameters the Responses API lacks, in ``extra_body``
+    .. versionchanged:: 0.2.0 a builder's ``prompt_cache_key`` follows ``send_cache_key``
+       (it went to every host).
+       chat's parameters the Responses API lacks, in ``extra_body``
        too, are translated, dropped or refused (they were sent, and OpenAI's 400 ended the
        chain).
        A vendor's parameter OpenAI lacks (``top_k`` ...) is not sent, with a warning.
@@ -146,7 +155,9 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
         return f"OpenAIResponsesProvider(name={self.name!r}, base_url={self.base_url!r})"
 
     def _payload(self, request: ChatRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        payload = build_responses_payload(request, model=model, stream=stream, store=self.store)
+        payload = build_responses_payload(
+            request, model=model, stream=stream, store=self.store, hints=self.send_cache_key
+        )
         limit = payload.get("max_output_tokens")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit < MIN_OUTPUT_TOKENS:
             raise UnsupportedRequestError(
@@ -256,10 +267,16 @@ def _tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_responses_payload(
-    request: ChatRequest, *, model: str, stream: bool, store: bool | None = None
+    request: ChatRequest,
+    *,
+    model: str,
+    stream: bool,
+    store: bool | None = None,
+    hints: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of a Responses call for ``request`` (``store``: the one sent when the
-    request sets none; ``None``: none)."""
+    request sets none; ``None``: none); without ``hints``, less a builder's OpenAI hints (its
+    ``prompt_cache_key``), as a chat-completions body."""
     payload: dict[str, Any] = {
         "model": model,
         "input": [item for m in request.messages for item in _items(m)],
@@ -276,6 +293,8 @@ def build_responses_payload(
         payload["reasoning"] = dict(reasoning)
     unsent = CHAT_ONLY.keys() | foreign(request)
     payload.update({k: v for k, v in extra.items() if k not in unsent})
+    if not hints:
+        leave_out_hints(payload, request)
     translate(payload, chat_parameters(request), stream=stream)
     if store is not None:
         payload.setdefault("store", store)
