@@ -46,8 +46,8 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     ``retry-after-ms`` (OpenAI, Azure) wins over ``Retry-After``, which may hold seconds or an
     HTTP-date (RFC 9110). ``now`` is the wall-clock time used for dates (default: the system's).
     Unparseable or negative values give ``None``; a date in the past gives ``0.0``; a
-    number past a float's range (``1e400``) the largest float, a wait longer than any
-    deadline.
+    number past a float's range (``1e400``), or a date whose year is past 9999 (the rest of
+    it a real date), the largest float, a wait longer than any deadline.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     millis = _number(lowered.get("retry-after-ms"), overflow=_LONGEST_WAIT_S)
@@ -62,11 +62,24 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     try:
         when = email.utils.parsedate_to_datetime(raw.strip())
     except (TypeError, ValueError, IndexError, OverflowError):  # a year past C's long
-        return None
+        return _LONGEST_WAIT_S if _past_last_year(raw) else None
     if when.tzinfo is None:  # asctime's form (and "-0000"): an HTTP-date is always GMT
         when = when.replace(tzinfo=datetime.timezone.utc)
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+def _past_last_year(raw: str) -> bool:
+    """Whether ``raw`` is an HTTP-date but for its year, past the last one a date holds
+    (9999): a moment after any deadline. (A day or time that no date has is garbage.)"""
+    try:
+        parts = email.utils.parsedate_tz(raw.strip())
+        if parts is None or parts[0] <= datetime.MAXYEAR:
+            return False
+        datetime.datetime(2000, *parts[1:6])  # (a leap year's calendar: 29 Feb is a day)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return False
+    return True
 
 
 def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -95,10 +108,11 @@ def parse_duration(text: str) -> float | None:
     """Seconds in a duration such as ``"1s"``, ``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"`` or ``"2.5"``.
 
     This is the Go-style format of OpenAI's ``x-ratelimit-reset-*`` headers; a bare number is
-    seconds. Anything else gives ``None``.
+    seconds (one past a float's range, ``1e999``: the largest float, a wait longer than any
+    deadline, as :func:`retry_after_seconds` reads it). Anything else gives ``None``.
     """
     cleaned = text.strip()
-    plain = _number(cleaned)
+    plain = _number(cleaned, overflow=_LONGEST_WAIT_S)
     if plain is not None:
         return plain
     if not cleaned or len(cleaned) > 64:
