@@ -24,10 +24,12 @@ def test_feedback_reaches_the_canary_with_telemetry_off() -> None:
         assert [answer.route for answer in answers] == ["b"] * 3  # canary calls
         ids = [answer.metadata.get("call_id") for answer in answers]
         counted = [guard.feedback(str(call_id), 0.0) for call_id in ids]
+        again = guard.feedback(str(ids[0]), 0.0)  # (the canary counts a call's first score)
         controls.flush()
         status = controls.status()
     assert all(isinstance(call_id, str) for call_id in ids)
     assert len(set(ids)) == 3
-    assert counted == [False] * 3  # (telemetry off: no call of its own is known)
+    assert counted == [True] * 3  # recorded by the canary (was False: telemetry's flag only)
+    assert again is False
     assert status["candidate"]["feedback_scores"] == 3
     assert status["candidate"]["low_feedback"] == 3

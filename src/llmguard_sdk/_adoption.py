@@ -173,16 +173,19 @@ class Adoption:
 
     def feedback(self, call_id: str, score: float, *, label: str | None = None) -> bool:
         """Record a score for the answer whose ``metadata["call_id"]`` is ``call_id`` (a
-        thumb, a grader's): :meth:`~llmguard_sdk.telemetry.Telemetry.feedback`; whether the
-        call was known (False with telemetry off).
+        thumb, a grader's): :meth:`~llmguard_sdk.telemetry.Telemetry.feedback` and, with a
+        release, the canary's count on the call's arm; whether the score was recorded
+        anywhere (telemetry knew the call, or the canary counted it: a call's first score,
+        while its stage lasts). False when neither did.
 
         .. versionadded:: 0.2.0
         """
         telemetry, releases = self._stages.telemetry, self._stages.releases
         known = telemetry.feedback(call_id, score, label=label) if telemetry else False
+        counted = False
         if releases is not None:  # the canary counts scores on the call's arm (once valid)
-            releases.feedback(call_id, score)
-        return known
+            counted = releases.feedback(call_id, score)
+        return known or counted
 
     def report_false_hit(self, response: ChatResponse) -> bool:
         """Report that ``response``, served from the cache, answered another question: feeds
