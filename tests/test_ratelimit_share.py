@@ -116,3 +116,24 @@ def test_in_flight_in_an_outage_counts_this_processs_calls(store: RedisStore) ->
     assert limiter.in_flight("r") == 1  # the process's own share holds the lease
     limiter.release("r", lease=str(held.lease))
     assert limiter.in_flight("r") == 0
+
+
+def test_a_batch_call_that_never_fits_with_redis_up_never_fits_in_an_outage(
+    store: RedisStore, redis_url: str, redis_prefix: str
+) -> None:
+    """A batch call larger than the batch share of the whole burst (4,000 tokens less
+    ``batch_headroom`` 0.2: 3,200) is refused as ``never`` with Redis up; the share's ceiling
+    was the whole (interactive) burst, so with Redis down it ran, in debt."""
+    limits = {"r": RateLimit(tpm=4000, max_wait=600.0)}
+    up = RedisStore(redis_url, key_prefix=redis_prefix)
+    try:
+        shared = RedisRateLimiter(up, limits).reserve("r", tokens=3500, priority="batch")
+    finally:
+        up.close()
+    alone = RedisRateLimiter(store, limits).reserve("r", tokens=3500, priority="batch")
+    assert (shared.allowed, shared.reason, shared.retry_after) == (False, "never", math.inf)
+    assert (alone.allowed, alone.reason, alone.retry_after) == (False, "never", math.inf)
+    # as an interactive call it fits both ways (in the share: in debt)
+    assert RedisRateLimiter(store, limits).reserve("r", tokens=3500).allowed
+    # a batch call within the batch share of the whole burst still runs in an outage
+    assert RedisRateLimiter(store, limits).reserve("r", tokens=3200, priority="batch").allowed

@@ -194,8 +194,9 @@ class RateLimit:
 
     _intervals: ClassVar[tuple[tuple[int, float, float], ...]]
     _capacities: ClassVar[tuple[float, float]]
-    # per quantity, the most seconds a call beyond the burst may cost (a share's: see redis)
+    # per quantity, the most seconds a call (a batch call) beyond the burst may cost (a share's)
     _ceilings: ClassVar[tuple[float, float, float, float]] = (0.0, 0.0, 0.0, 0.0)
+    _batch_ceilings: ClassVar[tuple[float, float, float, float]] = (0.0, 0.0, 0.0, 0.0)
 
     def limits(self) -> tuple[float | None, float | None, float | None, float | None]:
         """(rpm, tpm, input_tpm, output_tpm): the order of :attr:`CellState.tats`."""
@@ -292,16 +293,16 @@ def _evaluate(
     state: CellState, now: float, limit: RateLimit, costs: _Costs, priority: Priority
 ) -> tuple[float, tuple[float, float, float, float]]:
     """(seconds the call must wait for this limit, or inf; the TATs after it)."""
+    ceilings = limit._batch_ceilings if priority == "batch" else limit._ceilings
     capacity = limit._capacities[1 if priority == "batch" else 0]  # limit.capacity(priority)
-    over = 0.0
-    before = state.tats
+    over, before = 0.0, state.tats
     tats = list(before)
     for index, _, interval in limit._intervals:
         spend = costs[index] * interval
         tats[index] = (before[index] if before[index] > now else now) + spend
         late = tats[index] - now - capacity
         if spend > capacity + _EPSILON:  # larger than a burst: never, unless within a ceiling
-            if spend > limit._ceilings[index] + _EPSILON:
+            if spend > ceilings[index] + _EPSILON:
                 return math.inf, before
             late = before[index] - now  # it goes once the bucket is full, leaving it in debt
         if late > over:

@@ -352,7 +352,8 @@ def share_of(limit: RateLimit, share: float) -> RateLimit:
     A call larger than the share's burst but within the whole limit's still runs: it goes
     once the share's bucket is full and leaves it in debt, so the calls after it wait for
     the debt to be paid at the share's rate (N processes stay near N times the share on
-    average). A call larger than the whole limit's burst never fits, as without an outage.
+    average). A call larger than the whole limit's burst (a batch call: than its share of
+    it, less ``batch_headroom``) never fits, as without an outage.
     """
     if share >= 1:
         return limit
@@ -380,12 +381,15 @@ class _Share(RateLimit):
         super().__post_init__()
         if self.whole is None:
             return
-        capacity = self.capacity()  # a call's cost of its own burst, in the share's seconds
-        ceilings = tuple(
-            capacity * whole / own if whole is not None and own is not None else 0.0
-            for whole, own in zip(self.whole.limits(), self.limits(), strict=True)
-        )
-        object.__setattr__(self, "_ceilings", ceilings)
+        # a call's cost of the whole burst, in the share's seconds; a batch call's of the
+        # whole burst less batch_headroom (what never fits with Redis up never fits here)
+        for name, batch in (("_ceilings", False), ("_batch_ceilings", True)):
+            capacity = self.capacity("batch" if batch else "interactive")
+            ceilings = tuple(
+                capacity * whole / own if whole is not None and own is not None else 0.0
+                for whole, own in zip(self.whole.limits(), self.limits(), strict=True)
+            )
+            object.__setattr__(self, name, ceilings)
 
 
 def _poll(grant: Grant) -> float:
