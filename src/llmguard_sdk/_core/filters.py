@@ -26,7 +26,8 @@ generator, whose ``finally`` runs), waited for 10 s at most. A client a filter k
 fails on the fresh one with a :class:`~llmguard_sdk.errors.ConfigurationError` that says
 so. At interpreter exit the loop is shut down the same way (the waits it has left
 cancelled: a daemon thread's sync call still waiting never ends, the thread dying with the
-process), waited for 5 s at most. A loop held by a sync call that a filter made
+process), and so are loops given up that still wait for calls' filters, waited for 5 s at
+most in all. A loop held by a sync call that a filter made
 (``guard.chat`` in an ``async def`` filter) is not given up: that call is bounded by its own
 deadline. An interrupt of a sync call's wait (Ctrl-C) cancels the filter's task and is
 thrown into the plan, as an async call's cancellation is: the call is reported as cancelled.
@@ -280,6 +281,8 @@ class _FilterLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        # loops given up and still winding down: their _retired task, their thread
+        self._retiring: list[tuple[concurrent.futures.Future[None], threading.Thread]] = []
         self.made = 0
         self.exiting = False  # (:meth:`stop` ran: the interpreter exits)
         """How many filter loops this process made (a fork's parent's count too)."""
@@ -288,6 +291,7 @@ class _FilterLoop:
         """Forget the loop (a forked child: its thread did not come along)."""
         self._lock = threading.Lock()
         self._loop = self._thread = None
+        self._retiring = []
 
     def inside(self) -> bool:
         """Whether a sync call made on this thread must not wait on the shared loop: this
@@ -330,25 +334,35 @@ class _FilterLoop:
         runs on until the waits it has left end (once that code returns: each finishes, or
         ends at its call's deadline), then stops."""
         with self._lock:
-            if self._loop is not loop:
+            if self._loop is not loop or self._thread is None:
                 return  # (given up already)
+            retired = asyncio.run_coroutine_threadsafe(_retired(), loop)
+            alive = [(task, thread) for task, thread in self._retiring if thread.is_alive()]
+            self._retiring = [*alive, (retired, self._thread)]
             self._loop = self._thread = None
-        asyncio.run_coroutine_threadsafe(_retired(), loop)
 
     def stop(self) -> None:
         """At interpreter exit: the running loop's tasks cancelled, then its shutdown run
         (:func:`_serve`: a :class:`~llmguard_sdk.PerLoop` object kept on it closed, a
-        filter's unfinished generator's ``finally`` run), waited for :data:`_EXIT_S` at most
-        (a loop that blocking code holds ends with the process, as before)."""
+        filter's unfinished generator's ``finally`` run), and so for the loops given up that
+        still wait for calls' filters (:func:`_retired`); waited for :data:`_EXIT_S` at most
+        in all (a loop that blocking code holds ends with the process, as before)."""
         with self._lock:
             loop, thread = self._loop, self._thread
+            retiring, self._retiring = self._retiring, []
             self._loop = self._thread = None
             self.exiting = True
-        if loop is None or thread is None or thread is threading.current_thread():
-            return
-        with contextlib.suppress(RuntimeError):  # (closed meanwhile)
-            asyncio.run_coroutine_threadsafe(_ended(), loop)
-        thread.join(_EXIT_S)
+        threads = [held for _, held in retiring]
+        for retired, _ in retiring:
+            retired.cancel()  # (done already: nothing; else it ends as at exit below)
+        if loop is not None and thread is not None:
+            with contextlib.suppress(RuntimeError):  # (closed meanwhile)
+                asyncio.run_coroutine_threadsafe(_ended(), loop)
+            threads.append(thread)
+        until = time.monotonic() + _EXIT_S
+        for held in threads:
+            if held is not threading.current_thread():
+                held.join(max(0.0, until - time.monotonic()))
 
 
 @dataclass(frozen=True)
@@ -363,10 +377,15 @@ class _Submitted:
 
 
 async def _retired() -> None:
-    """Stop the running loop (given up) once its other tasks are done."""
+    """Stop the running loop (given up) once its other tasks are done; cancelled (at
+    interpreter exit: :meth:`_FilterLoop.stop`), once they are cancelled (:func:`_ended`)."""
     this = asyncio.current_task()
-    while others := asyncio.all_tasks() - {this}:
-        await asyncio.wait(others)
+    try:
+        while others := asyncio.all_tasks() - {this}:
+            await asyncio.wait(others)
+    except asyncio.CancelledError:
+        await _ended()
+        return
     asyncio.get_running_loop().stop()
 
 
