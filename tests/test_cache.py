@@ -437,6 +437,10 @@ def test_hashing_embedder_is_deterministic_and_unit_length() -> None:
         ("Ünïcödé naïve façade, don't", "4ca21f821d87462e"),
         ("rock'n'roll in the 90's, x'1 o'clock", "d44dd502fa238d39"),  # as v1 (ASCII)
         ("x", "bcc45f638e825374"),
+        ("東京の人口は何人ですか", "e340c64688bfafba"),  # (particles, hiragana weight)
+        ("コンピューターをインストールしてください", "0939934e6c88779d"),
+        ("北京今天天气怎么样", "a693d20e8bf743a7"),
+        ("Как сбросить пароль?", "7054f7c10977e037"),
     ],
 )
 def test_hashing_embedder_vectors_stay_the_same_bits(text: str, digest: str) -> None:

@@ -138,14 +138,16 @@ class HashingEmbedder:
             share = weight * self._char_weight / math.sqrt(len(grams) or 1)
             features += ["c" + gram for gram in grams]
             weights += [share] * len(grams)
-        # _bucket's dimension and sign, for every feature at once
-        hashes = np.array(
-            [zlib.crc32(feature.encode("utf-8")) for feature in features], dtype=np.int64
-        )
-        signed = np.array(weights, dtype=np.float32)
+        # _bucket's dimension and sign, for every feature (the weight rounded to float32,
+        # then signed: the same values as signing the float32 weight)
+        hashes = [zlib.crc32(feature.encode("utf-8")) for feature in features]
+        dimension = self.dimension
         found = (
-            (hashes % self.dimension).astype(np.intp),
-            np.where(hashes & 0x80000000, signed, -signed),
+            np.array([h % dimension for h in hashes], dtype=np.intp),
+            np.array(
+                [w if h & 0x80000000 else -w for h, w in zip(hashes, weights, strict=True)],
+                dtype=np.float32,
+            ),
         )
         if len(self._words) >= _WORD_CACHE_SIZE:
             self._words.clear()
