@@ -116,7 +116,8 @@ class Prompt:
         breakpoints after it (and after the history, with ``cache_history=True``); with
         ``send_cache_key`` the ``extra_body`` carries OpenAI's ``prompt_cache_key``, sent to
         the routes whose API takes it (an OpenAICompatibleProvider's ``send_cache_key``:
-        OpenAI's and Azure OpenAI's hosts by default; AnthropicProvider leaves it out). Raises
+        OpenAI's and Azure OpenAI's by default, Azure AI Foundry's ``/openai/...`` paths
+        among them; AnthropicProvider leaves it out). Raises
         :class:`~llmguard_sdk.errors.RequestValidationError` for bad parameters.
         """
         for field_name in ("metadata", "extra_body"):

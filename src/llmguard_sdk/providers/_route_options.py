@@ -5,6 +5,7 @@ shows it (no password)."""
 from __future__ import annotations
 
 import sys
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -16,6 +17,10 @@ __all__ = ["async_library", "check_count", "header_safe", "shown", "takes_cache_
 _CACHE_KEY_HOSTS = ("api.openai.com", ".openai.azure.com")
 """The hosts whose chat completions take OpenAI's ``prompt_cache_key``: OpenAI's own API and
 Azure OpenAI's resources (``<resource>.openai.azure.com``)."""
+_FOUNDRY_HOSTS = (".services.ai.azure.com", ".cognitiveservices.azure.com")
+"""Azure AI Foundry's resources: Azure OpenAI's API under ``/openai/`` (its models take the
+key), and under ``/models`` the model inference API, whose models of other vendors may not
+(it refuses a parameter it does not define unless told otherwise)."""
 
 
 def shown(url: str) -> str:
@@ -25,12 +30,23 @@ def shown(url: str) -> str:
     return redacted_url(url)
 
 
-def takes_cache_key(host: str | None) -> bool:
-    """Whether the API at ``host`` is known to take OpenAI's ``prompt_cache_key`` (OpenAI's
-    own, Azure OpenAI's): other OpenAI-compatible servers may refuse a field they do not know
-    (Groq answers 400, Mistral 422)."""
-    host = (host or "").lower().rstrip(".")
-    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in _CACHE_KEY_HOSTS)
+def takes_cache_key(base_url: str) -> bool:
+    """Whether the API at ``base_url`` is known to take OpenAI's ``prompt_cache_key``:
+    OpenAI's own, Azure OpenAI's (its hosts, and an Azure AI Foundry host's ``/openai/...``
+    paths: ``/openai/deployments/<name>``, ``/openai/v1``; not its ``/models`` inference API).
+    Other OpenAI-compatible servers may refuse a field they do not know (Groq answers 400,
+    Mistral 422)."""
+    parts = urlsplit(base_url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    if _on(host, _CACHE_KEY_HOSTS):
+        return True
+    first = parts.path.lstrip("/").partition("/")[0]
+    return _on(host, _FOUNDRY_HOSTS) and first.lower() == "openai"
+
+
+def _on(host: str, hosts: tuple[str, ...]) -> bool:
+    """Whether ``host`` is one of ``hosts`` (one starting with a dot: any host under it)."""
+    return any(host == h or (h.startswith(".") and host.endswith(h)) for h in hosts)
 
 
 def check_count(option: str, value: object, *, optional: bool = True) -> None:

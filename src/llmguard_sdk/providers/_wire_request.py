@@ -37,7 +37,7 @@ OPENAI_HINT_KEY = "llmguard.openai_hints"
 """``ChatRequest.metadata`` key: the ``extra_body`` keys (comma-separated) that are hints for
 OpenAI's own API (a :class:`~llmguard_sdk.prompts.PromptBuilder`'s ``prompt_cache_key``): a
 chat-completions route sends them only where its provider's ``send_cache_key`` is on (OpenAI's
-and Azure OpenAI's hosts by default), as other servers refuse fields they do not know (Groq
+and Azure OpenAI's APIs by default), as other servers refuse fields they do not know (Groq
 with a 400, Mistral with a 422)."""
 _PAYLOAD_FIELDS = set(
     {

@@ -55,7 +55,6 @@ import uuid
 import warnings
 from collections.abc import AsyncGenerator, Generator
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -130,7 +129,7 @@ class BatchProvider(BatchExchanges, _Streams):
         elif api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.api = api
-        self._hints = takes_cache_key(urlsplit(base_url).hostname)  # (OpenAI's own, Azure's)
+        self._hints = takes_cache_key(base_url)  # (OpenAI's own, Azure OpenAI's)
         self.model = model
         self.name = name or f"{api}-batch"
         self.window, self.max_batch, self.poll_interval = window, max_batch, poll_interval

@@ -103,12 +103,17 @@ class OpenAICompatibleProvider(_Streams):
         send_cache_key: whether a :class:`~llmguard_sdk.PromptBuilder` request's
             ``prompt_cache_key`` (OpenAI's prompt-caching hint) is sent here; ``None``: where
             ``base_url`` is OpenAI's own API (``api.openai.com``) or Azure OpenAI's
-            (``*.openai.azure.com``), as other servers may refuse a field they do not know
-            (Groq answers 400, Mistral 422). A key the caller puts in ``extra_body`` is
-            always sent.
+            (``*.openai.azure.com``, and on an Azure AI Foundry resource,
+            ``*.services.ai.azure.com`` or ``*.cognitiveservices.azure.com``, its
+            ``/openai/...`` paths: not its ``/models`` inference API, which serves other
+            vendors' models), as other servers may refuse a field they do not know (Groq
+            answers 400, Mistral 422). A key the caller puts in ``extra_body`` is always sent.
 
     ``server_address`` / ``server_port``: the host and port of ``base_url`` (its scheme's when
     it names none), telemetry's ``server.address`` / ``server.port``.
+
+    .. versionchanged:: 0.2.0 ``send_cache_key=None`` sends the key to an Azure AI Foundry
+       resource's Azure OpenAI paths (``/openai/...``) too (it went to no Foundry host).
 
     Connections are pooled and reused: one pool for sync calls, and one per event loop for
     async calls. Close them with :meth:`aclose` in async code (or :meth:`close` in sync code),
@@ -159,7 +164,9 @@ class OpenAICompatibleProvider(_Streams):
             raise ConfigurationError(
                 f"send_cache_key must be True, False or None, got {send_cache_key!r:.40}"
             )
-        self.send_cache_key = takes_cache_key(host) if send_cache_key is None else send_cache_key
+        if send_cache_key is None:  # by its URL: its host, and on Azure AI Foundry its path
+            send_cache_key = takes_cache_key(base_url)
+        self.send_cache_key = send_cache_key
         self.name = name or parts.netloc.rpartition("@")[2]  # never a user:password@
         self.server_address = host  # (telemetry's server.address and .port)
         self.server_port = parts.port or (443 if parts.scheme == "https" else 80)

@@ -104,7 +104,8 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
         send_cache_key: whether a :class:`~llmguard_sdk.PromptBuilder` request's
             ``prompt_cache_key`` is sent here, by the rule of
             :class:`~llmguard_sdk.OpenAICompatibleProvider`'s (``None``, the default: where
-            ``base_url`` is OpenAI's own API or Azure OpenAI's; a server of the Responses API
+            ``base_url`` is OpenAI's own API or Azure OpenAI's (an Azure AI Foundry
+            resource's ``/openai/...`` paths too); a server of the Responses API
             elsewhere may refuse a field it does not know). A key the caller puts in
             ``extra_body`` is always sent.
         store: the ``store`` sent with requests that do not set their own (a Responses
