@@ -131,6 +131,7 @@ def _route(
             provider = OpenAICompatibleProvider(
                 base_url, api_key=api_key, model=model,
                 name=name, headers=headers, context_window=route.context_window,
+                send_cache_key=route.send_cache_key,
             )  # fmt: skip
     except ConfigurationError as exc:  # its URL as written, never a reference's value
         problem = str(exc).replace(base_url, redacted(shown))  # ("got 'ftp://h/?key=sk-..'")

@@ -7,6 +7,8 @@
     [[routes]]
     model = "openai/gpt-4o-mini"                  # provider shortcut / model
     api_key = "${OPENAI_API_KEY}"                 # optional: a reference, never the key
+    send_cache_key = false                        # optional: a PromptBuilder's prompt_cache_key
+                                                  # sent or not (left out: by the URL)
 
     [[routes]]
     group = "claude"                              # a DeploymentGroup
@@ -81,6 +83,7 @@ class RouteConfig(BaseModel):
     api_version: str | None = None  # azure
     context_window: int | None = Field(default=None, gt=0)
     headers: dict[str, str] | None = None
+    send_cache_key: bool | None = None  # None: by the route's URL (OpenAICompatibleProvider's)
 
     _numbers = field_validator("context_window", mode="before")(_token_count)
     _literals = field_validator("model", "name", "api_version", mode="before")(_literal)
@@ -103,6 +106,16 @@ class RouteConfig(BaseModel):
             f"model must be <shortcut>/<model>, the shortcut one of {', '.join(SHORTCUTS)}: "
             + problem
         )
+
+    @field_validator("send_cache_key", mode="before")
+    @classmethod
+    def _check_send_cache_key(cls, value: object) -> object:
+        """true or false: pydantic read ``"yes"``, ``"true"`` and ``1`` as true."""
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(
+                f"must be true or false (left out: by the route's URL), got {value!r:.40}"
+            )
+        return value
 
     @field_validator("api_key")
     @classmethod
@@ -131,6 +144,8 @@ class RouteConfig(BaseModel):
         if shortcut == "local":  # the bundled llama.cpp model: no HTTP, its own context
             keys = ("api_key", "base_url", "headers", "context_window")
             unused += [key for key in keys if getattr(self, key) is not None]
+        if shortcut in ("anthropic", "local") and self.send_cache_key is not None:
+            unused.append("send_cache_key")  # (no OpenAI hint is sent there)
         if unused:  # accepted and never used, it would mislead: refused
             raise ValueError(f"{shortcut}/ routes take no {', '.join(unused)}")
         return self
