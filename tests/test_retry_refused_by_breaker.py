@@ -18,6 +18,7 @@ from llmguard_sdk.breaker import BreakerPolicy, Breakers, MemoryBreakerBackend
 from llmguard_sdk.retry import (
     MemoryRetryBudget,
     RedisRetryBudget,
+    RetryBudget,
     RetryBudgetPolicy,
     retry,
     retry_context,
@@ -50,6 +51,25 @@ def _retried_loop(client: openai.OpenAI, breakers: Breakers, **options: Any) -> 
             breakers.call("openai", _ask, client)
 
 
+async def _refused_async_retry(
+    fake: FakeProvider, budget: RetryBudget, breakers: Breakers, *, name: str
+) -> None:
+    """An async ``@retry(budget=budget, name=name)`` over ``@breakers.protect`` around a call
+    to ``fake``, which answers 503: the 503 opens the breaker, which refuses the retry."""
+    fake.always(Fault(status=503))
+    async with openai.AsyncOpenAI(
+        base_url=fake.base_url, api_key="sk-test", max_retries=0
+    ) as client:
+
+        @retry(attempts=3, budget=budget, name=name)
+        @breakers.protect("openai")
+        async def ask() -> Any:
+            return await _ask(client)
+
+        with pytest.raises(CircuitOpenError):
+            await ask()
+
+
 def test_a_retry_the_breaker_refused_goes_back(fake: FakeProvider) -> None:
     budget, breakers = MemoryRetryBudget(ROOMY), Breakers(MemoryBreakerBackend(OPENS_AT_ONCE))
     fake.always(Fault(status=503))
@@ -69,18 +89,7 @@ def test_a_retry_the_breaker_refused_goes_back(fake: FakeProvider) -> None:
 @pytest.mark.anyio
 async def test_an_async_retry_the_breaker_refused_goes_back(fake: FakeProvider) -> None:
     budget, breakers = MemoryRetryBudget(ROOMY), Breakers(MemoryBreakerBackend(OPENS_AT_ONCE))
-    fake.always(Fault(status=503))
-    async with openai.AsyncOpenAI(
-        base_url=fake.base_url, api_key="sk-test", max_retries=0
-    ) as client:
-
-        @retry(attempts=3, budget=budget, name="ask")
-        @breakers.protect("openai")
-        async def ask() -> Any:
-            return await _ask(client)
-
-        with pytest.raises(CircuitOpenError):
-            await ask()
+    await _refused_async_retry(fake, budget, breakers, name="ask")
     assert fake.stats.requests == 1
     assert budget.state("ask").retries == pytest.approx(0.0, abs=1e-6)
 
@@ -127,18 +136,7 @@ async def test_an_async_refused_retry_goes_back_to_a_fleets_budget(
     store = RedisStore(redis_url, key_prefix=redis_prefix)
     budget = RedisRetryBudget(store, ROOMY)
     breakers = Breakers(MemoryBreakerBackend(OPENS_AT_ONCE))
-    fake.always(Fault(status=503))
-    async with openai.AsyncOpenAI(
-        base_url=fake.base_url, api_key="sk-test", max_retries=0
-    ) as client:
-
-        @retry(attempts=3, budget=budget, name="afleet")
-        @breakers.protect("openai")
-        async def ask() -> Any:
-            return await _ask(client)
-
-        with pytest.raises(CircuitOpenError):
-            await ask()
+    await _refused_async_retry(fake, budget, breakers, name="afleet")
     await store.aclose()
     assert fake.stats.requests == 1
     with redis.Redis.from_url(redis_url) as raw:
