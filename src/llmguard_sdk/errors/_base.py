@@ -66,19 +66,23 @@ class UnknownModelPriceError(ConfigurationError):
 
 class MovingModelAliasError(ConfigurationError):
     """A :class:`~llmguard_sdk.releases.Release` names a model by a moving alias (``gpt-4o``,
-    ``claude-sonnet-4-5``, ``...-latest``) whose behaviour the provider may change under it;
-    pin a dated id or pass ``allow_alias=True``. ``model`` and ``route`` name it.
+    ``claude-sonnet-4-5``, ``...-latest``) whose behaviour the provider may change under it,
+    or by an id the SDK cannot tell is fixed (an Azure deployment's name, an id of no known
+    form); pin a dated id or pass ``allow_alias=True``. ``model`` and ``route`` name it,
+    ``reason`` says why it was refused (empty: a moving alias).
 
     .. versionadded:: 0.2.0
     """
 
-    def __init__(self, model: str, route: str) -> None:
-        super().__init__(
-            f"route {route!r} names model {model!r}, a moving alias: pin a dated id "
-            "(gpt-4o-2024-08-06, claude-sonnet-4-5-20250929 ...) or pass allow_alias=True"
+    def __init__(self, model: str, route: str, reason: str = "") -> None:
+        why = reason or (
+            "a moving alias: pin a dated id (gpt-4o-2024-08-06, claude-sonnet-4-5-20250929 "
+            "...) or pass allow_alias=True"
         )
+        super().__init__(f"route {route!r} names model {model!r}, {why}")
         self.model = model
         self.route = route
+        self.reason = reason
 
 
 class RequestValidationError(LLMGuardError, ValueError):

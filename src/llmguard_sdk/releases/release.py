@@ -29,6 +29,7 @@ from ..prompts.adapters import (
 )
 from ..providers.base import Provider, is_local
 from ..router import DeploymentGroup
+from ._pinning import judge, judge_route
 from .policy import CanaryPolicy, is_number
 
 if TYPE_CHECKING:
@@ -50,20 +51,19 @@ Arm = Literal["control", "canary", "shadow"]
 
 logger = logging.getLogger("llmguard_sdk")
 
-_PINNED = re.compile(
-    r"(-\d{4}-\d{2}-\d{2}|-\d{8}|[-@]\d{3}|@\d{8}|-v\d+(\.\d+)*(:\d+)?|-\d{2}-\d{4}"
-    r"|-preview-\d{2}-\d{2}|-\d{4}(-preview)?|\.gguf)$"
-)
 _PARAMETERS = frozenset(ChatRequest.model_fields) - {"messages", "model", "extra_headers"}
 
 
 def is_moving_alias(model: str) -> bool:
-    """Whether ``model`` is a moving alias: ``...-latest``, or no date or version suffix
-    (``gpt-4o`` moves, ``gpt-4o-2024-08-06``, ``gpt-4-0613``, ``claude-sonnet-4-5-20250929``,
-    ``gemini-2.0-flash-001``, ``mistral-large-2407``, ``...-v1:0``, ``...-v0.3`` and ``.gguf``
-    files do not)."""
-    name = model.strip().lower()
-    return name.endswith("-latest") or not _PINNED.search(name)
+    """Whether ``model`` is, or may be, a moving alias: ``...-latest``, an undated preview, a
+    provider's bare name (``gpt-4o``, ``claude-sonnet-4-5``, ``gemini-2.0-flash``, also as
+    ``openai/gpt-4o``), or an id of no form known to be fixed. Not: a date or version suffix
+    (``gpt-4o-2024-08-06``, ``gpt-4-0613``, ``claude-sonnet-4-5-20250929``,
+    ``gemini-2.0-flash-001``, ``mistral-large-2407``, ``...-v1:0``, ``...-v0.3``), Google's
+    stable Gemini ids from 2.5 on (``gemini-2.5-pro``), an OpenAI fine-tune (``ft:...``), a
+    Hugging Face repository (``meta-llama/Llama-3.1-8B-Instruct``, ``...@<commit>``), a
+    ``.gguf`` file."""
+    return judge(model)[0] != "pinned"
 
 
 @dataclass(frozen=True, init=False)
@@ -136,8 +136,9 @@ class Release:
             if route.model is None:
                 raise ConfigurationError(f"release {self.id}: route {route.name!r} pins no model")
             local = getattr(route, "is_local", False)
-            if not allow_alias and not local and is_moving_alias(route.model):
-                raise MovingModelAliasError(route.model, route.name)
+            refused = None if allow_alias or local else judge_route(route, route.model)
+            if refused is not None:
+                raise MovingModelAliasError(route.model, route.name, refused)
 
     @property
     def id(self) -> str:
