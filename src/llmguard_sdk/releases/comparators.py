@@ -21,23 +21,45 @@ Comparator = Callable[[ChatResponse, ChatResponse], "bool | None"]
 """``(served, shadow) -> agree``; ``None``: this pair says nothing (not counted)."""
 
 
-def _is_json(text: str | bytes) -> bool:
+_NOT_JSON = object()
+_MOST_DEPTH = 64
+"""Tool arguments nested deeper than this are compared as their text: parsed, they would be
+written back with ``json.dumps``, which raises RecursionError near Python's limit."""
+
+
+def _parsed(text: str | bytes) -> object:
+    """``text`` parsed as JSON, else :data:`_NOT_JSON`: as is JSON nested past Python's
+    recursion limit (``json.loads`` raises RecursionError, not ValueError)."""
     try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _is_json(text: str | bytes) -> bool:
+    return _parsed(text) is not _NOT_JSON
 
 
 def _arguments(raw: object) -> object:
     """A tool call's arguments as what they say: parsed JSON where they parse (key order
-    and whitespace aside), else as given."""
+    and whitespace aside) within :data:`_MOST_DEPTH` levels, else as given."""
     if isinstance(raw, str | bytes):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
+        parsed = _parsed(raw)
+        return parsed if parsed is not _NOT_JSON and _shallow(parsed) else raw
     return raw
+
+
+def _shallow(value: object) -> bool:
+    """Whether ``value`` nests lists and dicts :data:`_MOST_DEPTH` levels deep at most
+    (walked with a stack of its own, not by recursion)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        inner = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        if inner and depth > _MOST_DEPTH:
+            return False
+        pending.extend((child, depth + 1) for child in inner)
+    return True
 
 
 def _function(call: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -145,8 +167,9 @@ COMPARATORS: Mapping[str, Comparator] = {
 }
 """The built-in comparisons of what the answers are, their text and their tool calls: the
 same text (stripped) and the same tool calls (``exact``: names and arguments, as parsed JSON
-where they parse, in any order, ids aside); ``json_valid``: the candidate's text is JSON
-where the served text is, its calls' arguments where the served calls' are (a served answer
-with no JSON, prose or empty, is not judged); ``length`` (text, tool names and arguments)
+where they parse within 64 levels, in any order, ids aside); ``json_valid``: the candidate's
+text is JSON where the served text is, its calls' arguments where the served calls' are (a
+served answer with no JSON, prose or empty, is not judged; JSON nested past Python's
+recursion limit is none); ``length`` (text, tool names and arguments)
 within 20 % of the longer answer's (the same verdict either way round); ``cost`` at most 1.5
 times the served answer's, ``latency`` too or at most 0.05 s more (as a canary's slow call)."""
