@@ -192,7 +192,8 @@ class PromptBuilder:
     """Builds the prompts of one template, static sections first (see the module docs).
 
     Args:
-        name: the template's name: drift is tracked, and cache keys are made, per name.
+        name: the template's name: drift is tracked, and cache keys are made, per name and
+            tenant (a build's tenant).
         instructions: the system prompt.
         tools: tool definitions (OpenAI's ``{"type": "function", "function": {...}}`` or
             Anthropic's ``{"name": ..., "input_schema": ...}``), stored as canonical JSON and
@@ -388,7 +389,8 @@ class PromptBuilder:
                 those tags, so it cannot forge a block either, and so does the text of the
                 history's user, assistant and tool turns (not system or developer ones).
             tenant, user: the call's tenant and user (default: :func:`~llmguard_sdk.scoped`'s);
-                the tenant picks the cache key, and both are checked not to appear in the
+                the tenant picks the cache key and the drift it is tracked under
+                (:class:`DriftMonitor`), and both are checked not to appear in the
                 static part.
 
         Raises :class:`~llmguard_sdk.errors.RequestValidationError` for bad messages or a bad
@@ -407,7 +409,9 @@ class PromptBuilder:
         self._check_lint(static, [v for v in (tenant, user) if v])
         self._check_length(static)
         if self.drift is not None:
-            self.drift.observe(self.name, static.prefix_hash, static.text, static.sections)
+            self.drift.observe(
+                self.name, static.prefix_hash, static.text, static.sections, tenant=tenant
+            )
         messages: list[Message] = []
         if static.text:
             messages.append(Message(role="system", content=static.text))

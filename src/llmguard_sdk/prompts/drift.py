@@ -3,9 +3,10 @@
 A template whose static part changes on every call (a timestamp in the system prompt, tools
 serialised in another order, a tenant's name in the instructions) never hits a provider's
 prefix cache, and nothing fails: the bill silently doubles. :class:`DriftMonitor` keeps the
-prefix hash of each template's last call and reports a :class:`PrefixDrift` event when the
-next call of the same template has another prefix. A call whose dynamic tail (history, per-call
-context, the user's message) alone changed is not drift.
+prefix hash of each template's last call, per tenant (as the template's cache keys are made:
+each tenant's builder may have a prefix of its own), and reports a :class:`PrefixDrift` event
+when the next call of the same template and tenant has another prefix. A call whose dynamic
+tail (history, per-call context, the user's message) alone changed is not drift.
 
 .. versionadded:: 0.2.0
 """
@@ -32,7 +33,8 @@ class PrefixDrift:
     ``"tools"``, ``"examples"``, ``"documents"``); ``offset`` is the first character where the
     static texts differ, ``before`` and ``after`` show a few characters around it (where only
     the tools changed, the text is the same: then they are those of the tools' canonical
-    JSON); ``changes`` counts the drifts of this template so far.
+    JSON); ``changes`` counts the drifts of this template (and tenant) so far; ``tenant``
+    is the call's tenant (None: none), as drift is tracked per template and tenant.
 
     .. versionchanged:: 0.2.0 a drift of the tools alone points into the tools' JSON (it
        showed the same text twice).
@@ -46,6 +48,7 @@ class PrefixDrift:
     before: str
     after: str
     changes: int
+    tenant: str | None = None
 
 
 DriftHook = Callable[[PrefixDrift], None]
@@ -61,13 +64,15 @@ class _Last:
 
 
 class DriftMonitor:
-    """Remembers the static prefix of each template's last call and reports changes.
+    """Remembers the static prefix of each template's last call, per tenant, and reports
+    changes.
 
     Args:
         hooks: callables receiving each :class:`PrefixDrift`; a failing hook is logged and
             never breaks the call. Without hooks, each drift is logged as a warning on the
             ``llmguard_sdk`` logger.
-        max_templates: templates remembered at most (the oldest are forgotten beyond it).
+        max_templates: templates remembered at most, each tenant's prefix of a template
+            counting as one (the least recently used are forgotten beyond it).
 
     A setting of the wrong kind raises :class:`~llmguard_sdk.errors.ConfigurationError` (a
     :class:`ValueError`).
@@ -91,7 +96,7 @@ class DriftMonitor:
             )
         self._hooks = list(hooks)
         self._max = max_templates
-        self._last: dict[str, _Last] = {}
+        self._last: dict[tuple[str, str | None], _Last] = {}
         self._lock = threading.Lock()
 
     def add_hook(self, hook: DriftHook) -> None:
@@ -108,18 +113,26 @@ class DriftMonitor:
                 self._hooks.remove(hook)
 
     def observe(
-        self, template: str, prefix_hash: str, text: str, sections: Mapping[str, str]
+        self,
+        template: str,
+        prefix_hash: str,
+        text: str,
+        sections: Mapping[str, str],
+        *,
+        tenant: str | None = None,
     ) -> PrefixDrift | None:
-        """Record a call of ``template``; the :class:`PrefixDrift` it caused (and reported),
-        or None when its prefix is the same as last time (or it is the first call)."""
+        """Record a call of ``template`` for ``tenant``; the :class:`PrefixDrift` it caused
+        (and reported), or None when its prefix is the same as at the last call of this
+        template and tenant (or it is the first)."""
+        key = (template, tenant)
         with self._lock:
-            last = self._last.pop(template, None)
+            last = self._last.pop(key, None)
             if last is None or last.prefix_hash == prefix_hash:
                 changes = last.changes if last is not None else 0
-                self._remember(template, _Last(prefix_hash, text, dict(sections), changes))
+                self._remember(key, _Last(prefix_hash, text, dict(sections), changes))
                 return None
             changes = last.changes + 1
-            self._remember(template, _Last(prefix_hash, text, dict(sections), changes))
+            self._remember(key, _Last(prefix_hash, text, dict(sections), changes))
             hooks = list(self._hooks)
         where = ""  # the static text, else (it is the same) the tools' JSON
         before_text, after_text = last.text, text
@@ -140,6 +153,7 @@ class DriftMonitor:
             before=before_text[max(0, offset - 20) : offset + 40],
             after=after_text[max(0, offset - 20) : offset + 40],
             changes=changes,
+            tenant=tenant,
         )
         if not hooks:
             logger.warning(
@@ -159,18 +173,19 @@ class DriftMonitor:
                 logger.exception("llmguard drift hook %r failed", hook)
         return event
 
-    def _remember(self, template: str, last: _Last) -> None:
-        self._last[template] = last  # re-inserted: the dict's order is least recent first
+    def _remember(self, key: tuple[str, str | None], last: _Last) -> None:
+        self._last[key] = last  # re-inserted: the dict's order is least recent first
         while len(self._last) > self._max:
             del self._last[next(iter(self._last))]
 
     def forget(self, template: str | None = None) -> None:
-        """Forget one template's last prefix (or every template's)."""
+        """Forget one template's last prefixes, every tenant's (or every template's)."""
         with self._lock:
             if template is None:
                 self._last.clear()
             else:
-                self._last.pop(template, None)
+                for key in [k for k in self._last if k[0] == template]:
+                    del self._last[key]
 
 
 def _check_hook(hook: object) -> None:
