@@ -77,7 +77,13 @@ def test_an_id_of_no_known_form_is_refused_as_unknown_not_as_an_alias() -> None:
     assert Release("bot", "v1", route, allow_alias=True).id == "bot@v1"
 
 
-@pytest.mark.parametrize("deployment", ["prod-chat", "gpt-4o", "gpt-4o-2024-08-06"])
+def test_an_azure_deployment_named_for_a_dated_version_is_taken_as_pinned() -> None:
+    # the name is the user's: one that names a dated version is taken at its word
+    route = OpenAICompatibleProvider(AZURE, model="gpt-4o-2024-08-06", name="azure")
+    assert Release("bot", "v1", route).id == "bot@v1"
+
+
+@pytest.mark.parametrize("deployment", ["prod-chat", "gpt-4o"])
 def test_an_azure_deployment_is_refused_naming_its_upgrade_policy(deployment: str) -> None:
     # a deployment's name is the user's; its model version follows the deployment's version
     # upgrade policy, which auto-updates unless set to No Auto Upgrade

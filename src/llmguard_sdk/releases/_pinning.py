@@ -8,9 +8,9 @@ stable Gemini ids from 2.5 on (Google: a stable model does not change; 1.x and 2
 without ``-00N`` are auto-updated aliases), an OpenAI fine-tune, a Hugging Face repository
 (``org/name``, the weights a vLLM server loaded; ``@<commit>``), a ``.gguf`` file.
 
-An Azure OpenAI route's model is a deployment's name, the user's own: the deployment's model
-version follows its version upgrade policy (by default it auto-updates to each new default
-version), which the name does not tell.
+An Azure OpenAI route's model is a deployment's name, the user's own: one named for a dated
+version is taken at its word; any other is refused saying that the deployment's model version
+follows its version upgrade policy (by default it auto-updates to each new default version).
 """
 
 from __future__ import annotations
@@ -57,15 +57,15 @@ def judge(model: str) -> tuple[Verdict, str]:
 def judge_route(route: object, model: str) -> str | None:
     """Why ``route``'s ``model`` is refused as a release's pin (the end of the error's
     message), or None where it is pinned."""
+    verdict, why = judge(model)
     host = str(getattr(route, "server_address", "") or "").lower()
-    if host.endswith(_AZURE_HOSTS):
+    if verdict != "pinned" and host.endswith(_AZURE_HOSTS):
         return (
-            "an Azure deployment's name: its model version follows the deployment's version "
-            "upgrade policy (by default it auto-updates to each new default version), which "
-            "the name does not tell; set the policy to No Auto Upgrade, then pass "
+            "an Azure deployment's name without a dated model version: the deployment's "
+            "model version follows its version upgrade policy (by default it auto-updates to "
+            "each new default version); set the policy to No Auto Upgrade, then pass "
             "allow_alias=True"
         )
-    verdict, why = judge(model)
     if verdict == "moving":
         return (
             f"a moving alias ({why}): pin a dated id (gpt-4o-2024-08-06, "
