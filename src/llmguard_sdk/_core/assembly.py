@@ -9,7 +9,6 @@ from typing import Any
 from ..budget._tool_fees import TOOLS
 from ..budget._usage import usable_usage
 from ..context import AttemptRecord, CallContext
-from ..errors import ProviderError
 from ..models import ChatResponse, StreamChunk, Usage
 from ..providers._chat_content import COMPLETION_FIELDS
 from ..tokens import count_text_tokens
@@ -174,20 +173,25 @@ class Assembler:
         """Everything the caller has received: carried text and this route's."""
         return self._carried + "".join(self._text)
 
-    def used(
-        self, model: str | None, input_tokens: float, error: ProviderError | None
-    ) -> Usage | None:
+    def charged(self, prompt_billed: bool) -> bool:
+        """Whether the provider bills this attempt: its prompt (``prompt_billed``: the
+        stream ended, was closed once sent, or failed once its provider took the request,
+        :func:`~.limits.bills_prompt`), or what it showed, whoever cut it: content that
+        went to the caller, server-side tools it ran."""
+        return prompt_billed or self.delivered or self.ran_tools
+
+    def used(self, model: str | None, input_tokens: float, billed: bool = True) -> Usage | None:
         """What the attempt used, for settling its rate-limit reservation and pricing it: the
-        provider's usage, else the SDK's count of what this route delivered (carried text
-        aside), its text, reasoning and tool calls' arguments (:func:`_output`) as
-        ``model`` counts them, and the server-side tool uses its stream showed (Claude's
-        ``server_tool_use`` blocks before ``message_delta``, OpenAI's tool call items before
-        ``response.completed``: billed once run); None after a failure before any content
-        or tool use (everything goes back). A stream closed before its first content keeps
-        its input tokens: the prompt was sent."""
+        provider's usage, else its ``input_tokens`` and the SDK's count of what this route
+        delivered (carried text aside), its text, reasoning and tool calls' arguments
+        (:func:`_output`) as ``model`` counts them, and the server-side tool uses its stream
+        showed (Claude's ``server_tool_use`` blocks before ``message_delta``, OpenAI's tool
+        call items before ``response.completed``: billed once run); None where it is not
+        :meth:`charged` (``billed``: its prompt is), a failure before any content or tool
+        use that its provider does not bill (everything goes back)."""
         if self.usage is not None:
             return self.usage
-        if not (self.delivered or error is None or self.ran_tools):
+        if not self.charged(billed):
             return None
         output = self.counted(model)
         used = Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)

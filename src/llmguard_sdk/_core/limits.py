@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 
 from .._state.steps import Step
 from ..context import CallContext
-from ..errors import ProviderError, ProviderTimeoutError
+from ..errors import MalformedResponseError, ProviderError, ProviderTimeoutError
 from ..models import ChatRequest, ChatResponse, Usage
 from ..providers.base import Provider
 from ..providers.headers import limit_count, rate_limit_reset_seconds
@@ -31,8 +31,10 @@ if TYPE_CHECKING:  # stages imports routing, which counts with route_input_token
 __all__ = [
     "Reservation",
     "answer_model",
+    "bills_prompt",
     "continued_input",
     "cut_off",
+    "failed_once_sent",
     "granted",
     "learned",
     "provider_counters",
@@ -41,7 +43,6 @@ __all__ = [
     "route_input_tokens",
     "sent_input",
     "settle_args",
-    "timed_out",
     "token_reservation",
     "with_usage",
 ]
@@ -184,28 +185,33 @@ def cut_off(
     return used
 
 
-def timed_out(
-    ctx: CallContext,
-    route: Provider,
-    reservation: Reservation | None,
-    error: ProviderError,
-    known: Usage | None = None,
-) -> Usage | None:
-    """Note an attempt that timed out after its request was sent, no answer come (the
-    deadline or ``attempt_timeout`` passed first): its provider bills the prompt, as for one
-    cut off (:func:`cut_off`); a stream that stalled after its 200 too. A provider's 408
-    error answer is no such attempt (it did not take the request), nor a batch route's call
-    (batch APIs bill completed requests only; a batch nobody waits for is cancelled).
-    Returns what the attempt used, to settle its rate-limit reservation to: ``known`` (the
-    provider's usage) when given, else for such an attempt its prompt (the provider counts
-    it against its rate limits too), else None (all tokens go back)."""
-    status = error.status_code
-    if not (isinstance(error, ProviderTimeoutError) and error.request_sent and (status or 0) < 400):
-        return known
+def bills_prompt(route: Provider, error: ProviderError) -> bool:
+    """Whether ``route``'s provider bills the prompt of an attempt that failed with ``error``:
+    it answered 200, so it took the request, and its stream then broke (dropped or cut,
+    stalled past the deadline, ended empty: the provider's own error event names its
+    failure's status instead, never billed); or the request was sent and no answer came in
+    time (the deadline or ``attempt_timeout`` passed first). A provider's 408 or other error
+    answer is not (it did not take the request), nor a request that never reached it
+    (connection refused), nor a 200 that is malformed (an HTML page, no JSON: perhaps a
+    proxy's, not the provider's), nor a batch route's call (batch APIs bill completed
+    requests only; a batch nobody waits for is cancelled)."""
     if getattr(route, "service_tier", None) == "batch":
-        return known
-    sent = cut_off(ctx, route, reservation)
-    return known if known is not None else sent
+        return False
+    status = error.status_code
+    took = status == 200 and not isinstance(error, MalformedResponseError)
+    waited = isinstance(error, ProviderTimeoutError) and error.request_sent
+    return took or (waited and (status or 0) < 400)
+
+
+def failed_once_sent(
+    ctx: CallContext, route: Provider, reservation: Reservation | None, error: ProviderError
+) -> Usage | None:
+    """Note an attempt that failed with ``error`` before any answer (a plain call, a hedge
+    race's leg): where its provider bills the prompt (:func:`bills_prompt`) it is charged as
+    one cut off (:func:`cut_off`). Returns what it used, to settle its rate-limit
+    reservation to: its prompt there (the provider counts it against its rate limits too),
+    else None (all tokens go back)."""
+    return cut_off(ctx, route, reservation) if bills_prompt(route, error) else None
 
 
 # the longest pause a provider's hint teaches a route's limits (a 429's Retry-After, a reset

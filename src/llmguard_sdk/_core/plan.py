@@ -261,7 +261,7 @@ def _complete(
     except ProviderError as failure:
         record.end(failure)
         routes.note_attempt_timeout(ctx, route, failure)
-        sent = limits.timed_out(ctx, route, reservation, failure)  # (sent: its prompt billed)
+        sent = limits.failed_once_sent(ctx, route, reservation, failure)  # (its prompt billed)
         run.settle(reservation, used=sent, error=failure)  # nothing generated: output back
         run.record(route, failure, elapsed_since(started))
         raise
@@ -315,7 +315,7 @@ def _stream(
     run.record(
         route, None, assembler.seconds(), sample=assembler.sample(), headers=assembler.headers
     )
-    used = assembler.used(_counting(run, route, assembler), _sent(run, route, reservation), None)
+    used = assembler.used(_counting(run, route, assembler), _sent(run, route, reservation))
     run.settle(reservation, used=used, headers=assembler.headers)  # (none: nothing to settle)
     hedging.charge_silent_losers(run, used, assembler.reasoned)  # (a race's winner)
     response = limits.with_usage(assembler.response(route.name), used)  # (priced as settled)
@@ -330,29 +330,28 @@ def _stopped(
     stopped: BaseException,
 ) -> None:
     """A streamed attempt that did not end: it broke (a :class:`ProviderError`, an outcome
-    for its breaker) or was closed early or cancelled (no outcome); settled to what came. A
-    race's winner never reports its reasoning then: its silent losers keep their prompts."""
+    for its breaker) or was closed early or cancelled (no outcome); settled to what came,
+    charged (``ctx.unserved``, whoever continues the call) what its provider bills
+    (:meth:`.assembly.Assembler.charged`: its prompt once the provider took it, what it
+    delivered, the server-side tools it ran). A race's winner never reports its reasoning
+    then: its silent losers keep their prompts."""
     ctx, (record, assembler) = run.ctx, attempt
     run.silent_losers = []  # (see race.charge_silent_losers)
     counting, sent = _counting(run, route, assembler), _sent(run, route, reservation)
-    if not isinstance(stopped, ProviderError):  # closed or cancelled
+    failure = stopped if isinstance(stopped, ProviderError) else None
+    billed = failure is None or limits.bills_prompt(route, failure)  # (closed: it was sent)
+    used = assembler.used(counting, sent, billed)
+    if used is not None and assembler.charged(billed):
+        ctx.unserved.append((route.name, used))
+    if failure is None:  # closed or cancelled
         if not assembler.delivered:  # no route served the call (as for a plain call)
             ctx.route = None
-        run.release(route)  # (billed: its prompt was sent, and what it delivered)
-        used = assembler.used(counting, sent, None)
-        if used is not None:
-            ctx.unserved.append((route.name, used))
+        run.release(route)
         run.settle(reservation, used=used, headers=assembler.headers)
         return
-    failure, ctx.route = stopped, None
+    ctx.route = None
     record.end(failure)
     routes.note_attempt_timeout(ctx, route, failure)
-    used = assembler.used(counting, sent, failure)
-    if used is not None and (assembler.delivered or assembler.ran_tools):  # billed, whoever
-        # continues the call (a search run before any text: its fee and the prompt)
-        ctx.unserved.append((route.name, used))
-    else:  # nothing came: billed its prompt if it timed out once sent (and counted)
-        used = limits.timed_out(ctx, route, reservation, failure, used)
     run.settle(reservation, used=used, error=failure)
     run.record(route, failure, assembler.seconds())
 

@@ -164,7 +164,7 @@ def _ended(state: _Race, event: LegEvent) -> bool:
     run = state.run
     state.errors[leg.route.name] = event.error
     leg.record.end(event.error)
-    sent = limits.timed_out(run.ctx, leg.route, leg.reservation, event.error)
+    sent = limits.failed_once_sent(run.ctx, leg.route, leg.reservation, event.error)
     run.settle(leg.reservation, used=sent, error=event.error)  # (sent: its prompt kept)
     run.record(leg.route, event.error, elapsed_since(leg.started))
     return True

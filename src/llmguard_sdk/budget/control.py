@@ -504,10 +504,11 @@ class SpendControl:
         None when no request went out. Every attempt that went out is billed by its provider
         and counted (:meth:`unserved_cost`): a stream cut off or closed after content, its
         usage if the provider sent one, else its input and the text it delivered, counted
-        here; a stream closed before its first content, a call cancelled or timed out after
-        its request was sent (not on a batch route), a hedge race's loser: their input
-        tokens; an answer an output filter refused. ``text`` and ``usage``: a part of an
-        answer that is not among those attempts, counted as well, priced at the model of
+        here; a stream closed before its first content, or dropped after its provider's
+        200, a call cancelled or timed out after its request was sent (not on a batch
+        route), a hedge race's loser: their input tokens; an answer an output filter
+        refused. ``text`` and ``usage``: a part of an answer that is not among those
+        attempts, counted as well, priced at the model of
         ``route``, the route that gave it (default: the one that served the call, else the
         last one tried: a stream cut off leaves the call without a route)."""
         extra = self.unserved_cost(ctx, stages)

@@ -1,0 +1,157 @@
+"""A stream whose connection drops after its provider's HTTP 200, before any content and with
+no server-side tools, is charged its prompt: the provider took the request and bills the
+input it processed (a stream the caller closed, or the deadline cut, already was; one cut
+after server-side tools was charged their fees and the prompt). A request that never reached
+the provider (the connection refused) costs nothing, nor does a stream its provider failed
+with an error event of its own. Chat completions, Claude's Messages and OpenAI's Responses
+streams, sync and async; a hedged call's first leg dropped so. Real Redis budgets, the
+loopback FakeProvider."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from llmguard_sdk import Guard, LLMGuardError, Message, Usage
+from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
+from llmguard_sdk.providers import (
+    AnthropicProvider,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+    Provider,
+)
+from llmguard_sdk.testing import FakeProvider, Fault
+from llmguard_sdk.tokens import count_request_tokens
+
+from .conftest import MODES, USER
+
+PRICES = PriceTable.default_table().with_prices(
+    {
+        "fake-model": Price(input=100.0, output=200.0),
+        "backup-model": Price(input=10.0, output=20.0),
+    }
+)
+# the prompt as the budget estimates it (the fake provider counts words): $0.0002 and more
+PROMPT_USD = count_request_tokens([Message(**m) for m in USER]).tokens * 100 / 1e6
+APIS = ["chat", "messages", "responses"]
+
+
+def _route(api: str, fake: FakeProvider) -> Provider:
+    if api == "messages":
+        return AnthropicProvider(fake.url, model=fake.model, api_key="x", name=fake.name)
+    if api == "responses":
+        return OpenAIResponsesProvider(fake.base_url, model=fake.model, api_key="x", name=fake.name)
+    return OpenAICompatibleProvider(fake.base_url, model=fake.model, name=fake.name)
+
+
+def _guard(routes: list[Provider], redis: tuple[str, str], **options: object) -> Guard:
+    """A Guard on ``routes`` with a $1 budget in Redis, not retrying (one attempt a route)."""
+    budgets = Budgets([Budget(limit_usd=1.0)], prices=PRICES)
+    store, prefix = redis
+    return Guard(
+        routes,
+        budgets=budgets,
+        environ={},
+        store=store,
+        key_prefix=prefix,
+        retry=None,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _streamed(guard: Guard, mode: str) -> str:
+    """One streamed call of :data:`USER` read to its end (its failure raised): its text."""
+    if mode == "sync":
+        with guard.chat(USER, stream=True, max_tokens=20) as chunks:
+            return "".join(chunk.text for chunk in chunks)
+
+    async def read() -> str:
+        try:
+            stream = await guard.achat(USER, stream=True, max_tokens=20)
+            async with stream:
+                return "".join([chunk.text async for chunk in stream])
+        finally:
+            await guard.aclose()
+
+    return anyio.run(read)
+
+
+def _charged(guard: Guard) -> float:
+    """What the budget charged; nothing is left held."""
+    (row,) = guard.budget_status()
+    assert row["held_usd"] == 0
+    return float(row["spent_usd"])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with FakeProvider(model="fake-model", name="primary") as server:
+        yield server
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_dropped_before_content_is_charged_its_prompt(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, api: str, mode: str
+) -> None:
+    """The connection closes mid-event after the opening events (before: $0 charged)."""
+    fake.script(Fault(cut_stream_after=0))
+    with _guard([_route(api, fake)], (redis_url, redis_prefix)) as guard:
+        with pytest.raises(LLMGuardError):
+            _streamed(guard, mode)
+        assert len(fake.requests) == 1  # (it reached the provider)
+        assert _charged(guard) == pytest.approx(PROMPT_USD)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_whose_connection_was_refused_costs_nothing(
+    redis_url: str, redis_prefix: str, api: str, mode: str
+) -> None:
+    """The route's port refuses the connection: the request never reached a provider."""
+    dead = FakeProvider(model="fake-model", name="primary")
+    dead.start()
+    dead.stop()
+    with _guard([_route(api, dead)], (redis_url, redis_prefix)) as guard:
+        with pytest.raises(LLMGuardError):
+            _streamed(guard, mode)
+        assert _charged(guard) == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_failed_by_its_providers_error_event_costs_nothing(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, api: str
+) -> None:
+    """The provider's own error event (its server error, Claude's overload) before any
+    content: the provider says it failed the request; nothing is charged."""
+    fake.script(Fault(stream_error_after=0))
+    with _guard([_route(api, fake)], (redis_url, redis_prefix)) as guard:
+        with pytest.raises(LLMGuardError):
+            _streamed(guard, "sync")
+        assert _charged(guard) == 0
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_hedged_stream_whose_first_leg_dropped_pays_for_its_prompt(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, api: str
+) -> None:
+    """The first leg's stream drops before content; the second leg serves the call: both
+    prompts are charged (before: the second leg's answer alone)."""
+    fake.script(Fault(cut_stream_after=0))
+    with FakeProvider(model="backup-model", name="backup") as backup:
+        routes = [_route(api, fake), _route(api, backup)]
+        with _guard(routes, (redis_url, redis_prefix), hedge_after=5.0, timeout=10) as guard:
+            with guard.chat(USER, stream=True, max_tokens=20) as chunks:
+                assert "".join(chunk.text for chunk in chunks)
+            response = chunks.response
+            assert response.route == "backup"
+            assert response.cost_usd == pytest.approx(_tokens_usd(response.usage) + PROMPT_USD)
+            assert _charged(guard) == pytest.approx(response.cost_usd)
+
+
+def _tokens_usd(usage: Usage | None) -> float:
+    """What ``usage`` costs on the backup's model."""
+    assert usage is not None
+    return (usage.input_tokens * 10 + usage.output_tokens * 20) / 1e6
