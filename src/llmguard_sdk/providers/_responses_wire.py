@@ -521,13 +521,17 @@ class EventWriter:
         kind = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
         return out + self._event(kind, response=body)
 
-    def searched(self, item: dict[str, Any]) -> bytes:
+    def searched(self, item: dict[str, Any], without_id: str | None = None) -> bytes:
         """A web search the route ran (a completed ``web_search_call`` item): its item's
-        ``response.output_item.added`` and ``.done`` events."""
+        ``response.output_item.added`` and ``.done`` events (``without_id``: the one of them,
+        ``"added"`` or ``"done"``, whose item leaves its ``id`` out)."""
         key = f"search {len(self._answer.searched)}"
         self._answer.searched.append(item)
-        out = self._add(key, {**item, "status": "in_progress"})
-        return out + self._event("response.output_item.done", output_index=self._at(key), item=item)
+        bare = {name: value for name, value in item.items() if name != "id"}
+        added = bare if without_id == "added" else item
+        done = bare if without_id == "done" else item
+        out = self._add(key, {**added, "status": "in_progress"})
+        return out + self._event("response.output_item.done", output_index=self._at(key), item=done)
 
     def _reasoning_done(self) -> bytes:
         answer = self._answer

@@ -2,7 +2,8 @@
 OpenAI's Responses output items, Claude's ``server_tool_use`` content blocks (whole, or
 streamed before ``message_delta`` or ``response.completed`` gives the count: a stream cut
 before it, before any text too, is charged the uses it showed; a streamed Responses item from
-its ``output_item.added``, a Claude search whose result never came). The fees are
+its ``output_item.added``, once by its ``output_index``, a Claude search whose result never
+came). The fees are
 :mod:`llmguard_sdk.budget._tool_fees`'."""
 
 from __future__ import annotations

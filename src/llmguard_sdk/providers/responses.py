@@ -448,7 +448,8 @@ class ResponsesStreamState(AnthropicStreamState):
         self.calls: dict[int, int] = {}  # output index -> tool call index
         self.reasoning_part: tuple[object, ...] | None = None  # the last reasoning delta's
         self.reasoning_items = StreamedItems()
-        self.tool_items: dict[object, object] = {}  # server-side tool call items, by id
+        # server-side tool call items, by output index (else id)
+        self.tool_items: dict[tuple[str, object], object] = {}
 
     def _event(self, data: str) -> StreamChunk | None:
         event = self.event_object(data)
@@ -498,10 +499,13 @@ class ResponsesStreamState(AnthropicStreamState):
     def _tool_item(self, item: dict[str, Any], at: object) -> StreamChunk:
         """A server-side tool call item, added (billed once begun) or done: a chunk with the
         uses seen so far, for a stream cut before ``response.completed``; the item once
-        however often it comes (by its id, else its output index)."""
-        key = item.get("id")
-        if not isinstance(key, str):
-            key = at if isinstance(at, int) else len(self.tool_items)
+        however often it comes: by its output index, which its ``added`` and ``done`` events
+        both carry (its id may come on one of them alone), else by its id."""
+        key: tuple[str, object] = ("new", len(self.tool_items))
+        if isinstance(at, int) and not isinstance(at, bool):
+            key = ("at", at)
+        elif isinstance(item.get("id"), str):
+            key = ("id", item["id"])
         self.tool_items[key] = item
         chunk = self._make()
         chunk._usage_so_far = Usage.model_validate(self._tool_uses())

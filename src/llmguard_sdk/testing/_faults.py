@@ -77,6 +77,14 @@ class Fault:
     """200 with valid JSON that has no ``"choices"``."""
     omit_usage: bool = False
     """A normal answer without ``usage`` (streams: no usage chunk), as some servers give."""
+    omit_item_id: str | None = None
+    """Responses streams: each server-side tool call item (a ``web_search_call`` ...) leaves
+    its ``id`` out of its ``response.output_item.added`` event (``"added"``) or its
+    ``response.output_item.done`` event (``"done"``), as a compatible server may; the item's
+    ``output_index`` is on both.
+
+    .. versionadded:: 0.2.0
+    """
 
     @property
     def message(self) -> str:
@@ -96,6 +104,10 @@ class Fault:
             raise ValueError("Fault.stream_error_after must be >= 0")
         if self.retry_after_ms is not None and self.retry_after_ms < 0:
             raise ValueError("Fault.retry_after_ms must be >= 0")
+        if self.omit_item_id not in (None, "added", "done"):
+            raise ValueError(
+                f"Fault.omit_item_id must be 'added' or 'done', got {self.omit_item_id!r}"
+            )
 
     @property
     def is_delay_only(self) -> bool:

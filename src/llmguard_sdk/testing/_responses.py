@@ -288,7 +288,7 @@ class _ResponsesHandler(_BaseHandler):
         self._start_stream(headers)
         self._event(writer.start())
         for item in searched or ():
-            self._event(writer.searched(item))
+            self._event(writer.searched(item, fault.omit_item_id if fault else None))
         for i, chunk in enumerate(chunks):
             if fault is not None and cut is not None and i >= min(cut, len(chunks) - 1):
                 if fault.stream_error_after is None:
