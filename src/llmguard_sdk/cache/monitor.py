@@ -5,8 +5,9 @@ semantic hits to the model again, in the background and never shown to the user,
 budget (``sample_rate`` of the hits, at most ``max_checks_per_minute``, one worker, a bounded
 queue: when it is full a sample is dropped, never waited for). It compares the fresh answer
 with the cached one (``compare(cached_text, fresh_text) -> bool``, True when they agree;
-default: the cache's embedder finds them at least ``agreement`` similar) and keeps, per
-cache namespace, the verdicts of the last ``window`` checks; a :meth:`report
+default: the cache's embedder finds them at least ``agreement`` similar; an answer that is
+none of the model's, a Guard's degraded text or an answer from a cache, is no verdict) and
+keeps, per cache namespace, the verdicts of the last ``window`` checks; a :meth:`report
 <FalseHitMonitor.report>` (what :meth:`ResponseCache.report_false_hit
 <llmguard_sdk.cache.ResponseCache.report_false_hit>` calls) counts as a wrong verdict.
 
@@ -343,7 +344,13 @@ class FalseHitMonitor:
                     self._idle.notify_all()
 
     def _check(self, namespace: str, request: ChatRequest, cached_text: str) -> None:
-        fresh = self.ask(request).text or ""
+        answer = self.ask(request)
+        if answer.metadata.get("degraded") or answer.metadata.get("cache"):
+            # no answer of the model to compare: a Guard's degraded text in an outage, or
+            # an answer from a cache (a Guard asked with its cache on): no verdict
+            logger.debug("cache monitor: a re-check got no fresh answer (not counted)")
+            return
+        fresh = answer.text or ""
         agreed = self._agree(cached_text, fresh)
         with self._lock:
             self._state(namespace).checks += 1
