@@ -18,7 +18,9 @@ and grows by doubling up to 256 rows, then by a sixteenth, so a partition with o
 costs its vector and a few hundred bytes, and a large one about 3 % of slack. A small index
 finds an entry's row by scanning its row ids (no id -> row dict below 9 rows), has no mask
 of live rows until its first delete, and shares one of a fixed set of locks with other
-indexes. Rows are never moved on delete: a freed row is reused by the next insert.
+indexes. A freed row is reused by the next insert; once no more than a quarter of an
+index's rows (past 64) are live, the live ones move into arrays of their size (a partition
+that once held thousands of entries and keeps a few holds a few rows, not its peak).
 
 .. versionadded:: 0.2.0
 """
@@ -47,6 +49,8 @@ _DOUBLING_UNTIL = 256
 _SPARSE_SHARE = 2  # a probe with at most half of its dimensions nonzero is scored sparsely
 _SORTED_UP_TO = 32_768  # rows up to which _nearest sorts the distances (past it: counts them)
 _ROW_MAP_FROM = 9  # rows from which an index keeps an id -> row dict (below: a scan of its ids)
+# an index of more rows than this whose live rows fell to a quarter of them is compacted
+_COMPACT_FROM = 64
 # Indexes share these locks (one each, in turn): a lock per index would cost each one-entry
 # partition 56 bytes; no code holds one index's lock while it takes another's.
 _LOCKS = tuple(threading.Lock() for _ in range(64))
@@ -295,6 +299,28 @@ class VectorIndex:
                 if self._free is None:
                     self._free = []
                 self._free.append(row)
+                if len(self._ids) > _COMPACT_FROM and len(self) * 4 <= len(self._ids):
+                    self._compact()
+
+    def _compact(self) -> None:
+        """(Under the lock.) Move the live rows to the front of arrays sized for them as
+        :meth:`add` grows them, the sketch dropped below ``exact_below`` (built again there)."""
+        rows = [row for row in range(self._end) if self._ids[row] is not None]
+        count = len(rows)
+        size = max(1, _grown(count))
+        self._vectors = _extended(self._vectors.take(rows, axis=0), size)
+        if self._sketch is not None and count >= self._exact_below:
+            self._sketch = _extended(self._sketch.take(rows, axis=0), size, order="F")
+        else:
+            self._sketch = None
+        ids = [self._ids[row] for row in rows]
+        self._ids = [*ids, *[None] * (size - count)]
+        self._rows = None
+        if count >= _ROW_MAP_FROM:
+            self._rows = {known: at for at, known in enumerate(ids) if known is not None}
+        self._live = None
+        self._free = None
+        self._end = count
 
     def clear(self) -> None:
         """Forget every entry."""
