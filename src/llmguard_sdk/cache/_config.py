@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from numbers import Real
 
+from .._keywords import check_keywords
 from ..context import Scope
 from ..errors import ConfigurationError, RequestValidationError
 from ..models import ChatRequest, ChatResponse
+from .entry import CacheOptions
 from .keys import CacheKeys
 from .monitor import FalseHitMonitor
 
@@ -108,7 +110,12 @@ def check_target(target: object) -> None:
 
 
 def check_scope(scope: Scope) -> None:
-    """A scope's ids are strings or ``None`` (:class:`RequestValidationError` otherwise)."""
+    """A :class:`Scope` whose ids are strings or ``None`` (:class:`RequestValidationError`
+    otherwise: a tenant's name given as the scope failed deep inside)."""
+    if not isinstance(scope, Scope):
+        raise RequestValidationError(
+            f"scope must be a Scope (Scope(tenant=...)), got {scope!r:.80}"
+        )
     for name in ("tenant", "feature", "user"):
         value = getattr(scope, name)
         if value is not None and not isinstance(value, str):
@@ -136,8 +143,9 @@ def check_call(
 ) -> None:
     """A lookup's or store's arguments: a :class:`~llmguard_sdk.ChatRequest`, a
     :class:`~llmguard_sdk.ChatResponse` (stores) and the :class:`CacheOptions` that are not
-    checked elsewhere (``tags`` are, when the keys are computed): a deadline that is a
-    number, ``cacheable`` True or False, ``keys`` a :class:`CacheKeys` (or ``None``).
+    checked elsewhere (``tags`` are, when the keys are computed): no keyword it does not
+    declare (``ttl_s=600`` was taken and ignored), a deadline that is a number,
+    ``cacheable`` True or False, ``keys`` a :class:`CacheKeys` (or ``None``).
     :class:`RequestValidationError` otherwise."""
     if not isinstance(request, ChatRequest):
         raise RequestValidationError(f"the cache needs a ChatRequest, got {request!r:.80}")
@@ -145,6 +153,7 @@ def check_call(
         raise RequestValidationError(f"the cache stores a ChatResponse, got {response!r:.80}")
     if not options:
         return
+    check_keywords(options, CacheOptions, "the response cache", RequestValidationError)
     deadline, keys = options.get("deadline"), options.get("keys")
     if deadline is not None and (not _real(deadline) or deadline != deadline):  # (NaN)
         raise RequestValidationError(

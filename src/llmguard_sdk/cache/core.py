@@ -223,6 +223,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
         """Why this call must not use the cache (``None`` when it may)."""
         check_call(request)
         scope = scope or current_scope()
+        check_scope(scope)
         if not cacheable:
             return "opted_out"
         if request.temperature and not self.cache_sampled:
