@@ -292,7 +292,8 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
             if not self._closed:  # (a closed cache starts no background check)
-                self.monitor.sample(self.namespace, request, hit.response.text or "")
+                text, scope = hit.response.text or "", scope or current_scope()
+                self.monitor.sample(self.namespace, request, text, scope)
             if not self.monitor.serving(self.namespace):  # checked, not served
                 self.stats._add("monitor_refusals")
                 hit = None

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
+from ..context import Scope, scoped
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 
@@ -46,6 +47,7 @@ __all__ = ["FalseHitMonitor", "MonitorState"]
 logger = logging.getLogger("llmguard_sdk")
 
 Compare = Callable[[str, str], bool]
+_Sample = tuple[str, ChatRequest, str, Scope | None]  # namespace, request, cached text, scope
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,9 @@ class FalseHitMonitor:
     Args:
         ask: sends a request to the model and returns its answer (for example a provider's
             ``complete`` with its model and a deadline bound in, or a Guard's ``chat`` with
-            the cache turned off for the call).
+            the cache turned off for the call); it runs in the scope of the lookup whose
+            hit it checks (:func:`~llmguard_sdk.context.current_scope`: a Guard's call
+            without ``tenant=`` is that tenant's).
         target: the highest acceptable false-hit rate (0.05: at most 1 wrong in 20).
         sample_rate: the share of semantic hits checked.
         compare: ``compare(cached_text, fresh_text) -> bool`` (True: they agree).
@@ -138,7 +142,7 @@ class FalseHitMonitor:
         self._rng = rng or random.Random()
         self._namespaces: dict[str, _Namespace] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[str, ChatRequest, str] | None] = queue.Queue(queue_size)
+        self._queue: queue.Queue[_Sample | None] = queue.Queue(queue_size)
         self._worker: threading.Thread | None = None
         self._leaving = False  # the worker took a stop, found nothing queued and is leaving
         self._idle = threading.Condition(self._lock)
@@ -167,9 +171,12 @@ class FalseHitMonitor:
         if self._embedder is None:
             self._embedder = embedder
 
-    def sample(self, namespace: str, request: ChatRequest, cached_text: str) -> bool:
+    def sample(
+        self, namespace: str, request: ChatRequest, cached_text: str, scope: Scope | None = None
+    ) -> bool:
         """Maybe check this semantic hit (or would-be hit) in the background; whether it was
-        queued. Never blocks."""
+        queued. Never blocks. ``scope``: the lookup's (the tenant, feature and user its
+        re-check is asked for: ``ask`` runs in it, see :func:`~llmguard_sdk.scoped`)."""
         if self._rng.random() >= self.sample_rate:
             return False
         with self._lock:
@@ -178,7 +185,7 @@ class FalseHitMonitor:
                 state.dropped += 1
                 return False
             try:
-                self._queue.put_nowait((namespace, request, cached_text))
+                self._queue.put_nowait((namespace, request, cached_text, scope))
             except queue.Full:
                 state.dropped += 1
                 return False
@@ -310,7 +317,7 @@ class FalseHitMonitor:
             )
             self._worker.start()
 
-    def _left_over(self) -> tuple[str, ChatRequest, str] | None:
+    def _left_over(self) -> _Sample | None:
         """After a stop: a sample queued since (further stops skipped), or ``None`` when
         none is, and the worker leaves (decided under the lock that a sample queues under, so
         a sample queued later starts another worker)."""
@@ -333,9 +340,13 @@ class FalseHitMonitor:
                     return
                 stopping = True
                 continue
-            namespace, request, cached_text = item
+            namespace, request, cached_text, scope = item
             try:
-                self._check(namespace, request, cached_text)
+                if scope is None:
+                    self._check(namespace, request, cached_text)
+                else:  # (a Guard's chat given as ask: the tenant's call, its budget and limits)
+                    with scoped(tenant=scope.tenant, feature=scope.feature, user=scope.user):
+                        self._check(namespace, request, cached_text)
             except Exception:
                 logger.exception("cache monitor: a background check failed (not counted)")
             finally:
