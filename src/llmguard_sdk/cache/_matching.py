@@ -74,7 +74,9 @@ class _SemanticMatching:
         threshold, only a request the strict guards read as the same one (within
         :data:`~llmguard_sdk.cache.guards.AGREED_ALLOWANCE`) is served. Callers check that the
         cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`;
-        ``newer_than``: a fresh entry stored before this instant is not served."""
+        ``newer_than``: a fresh entry stored before this instant is not served. A ``stale``
+        search counts no near miss or rejection: the lookup before it counted its candidates
+        (a call whose routes failed counted each twice)."""
         now = time.time()
         try:
             probe = self._recent.embedded(keys.query, embedding_time(deadline)).probe
@@ -89,8 +91,9 @@ class _SemanticMatching:
         if self.monitor is not None:
             threshold += self.monitor.threshold_raise(self.namespace)
         floor = threshold - AGREED_ALLOWANCE if self.strict and self.guards else threshold
+        counted = self.stats if not stale else CacheStats()  # (a stale search's: dropped)
         if matches and threshold - _NEAR_MISS_BAND <= matches[0].similarity < threshold:
-            self.stats._add("near_misses")  # the best candidate fell just short (served or not)
+            counted._add("near_misses")  # the best candidate fell just short (served or not)
         for match in matches:
             if match.similarity < floor:
                 return None
@@ -100,7 +103,7 @@ class _SemanticMatching:
                 if self.guards:
                     reason = self._guard(keys.query, known)
                     if reason is not None:
-                        self.stats._reject(reason)
+                        counted._reject(reason)
                         return None
                 if below and not strict_agreement(keys.query, known):
                     continue
@@ -113,7 +116,7 @@ class _SemanticMatching:
                 continue  # (a known query was judged before the read)
             refusal = self._refusal(keys.query, entry, match.similarity, matches)
             if refusal is not None:
-                self.stats._reject(refusal)
+                counted._reject(refusal)
                 return None
             return served_hit("semantic", entry, match.similarity, self._served_by)
         return None

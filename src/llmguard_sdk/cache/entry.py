@@ -142,7 +142,9 @@ class CacheStats:
     ``near_misses`` counts the best semantic candidates that scored within 0.1 below the
     threshold; ``guard_rejections`` counts candidates above it refused by a false-hit guard
     (by reason; a new dict at each change, so one read can be iterated while lookups go
-    on); ``false_hits`` counts :meth:`ResponseCache.report_false_hit` calls that counted.
+    on); both are counted by lookups (a stale lookup, after every route failed, counts its
+    hit alone); ``false_hits`` counts :meth:`ResponseCache.report_false_hit` calls that
+    counted.
     """
 
     exact_hits: int = 0
