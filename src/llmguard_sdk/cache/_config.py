@@ -109,9 +109,10 @@ def check_target(target: object) -> None:
         raise ConfigurationError("target_precision must be in (0, 1)")
 
 
-def check_scope(scope: Scope) -> None:
-    """A :class:`Scope` whose ids are strings or ``None`` (:class:`RequestValidationError`
-    otherwise: a tenant's name given as the scope failed deep inside)."""
+def check_scope(scope: Scope) -> Scope:
+    """``scope``, a :class:`Scope` whose ids are strings or ``None``
+    (:class:`RequestValidationError` otherwise: a tenant's name given as the scope failed
+    deep inside)."""
     if not isinstance(scope, Scope):
         raise RequestValidationError(
             f"scope must be a Scope (Scope(tenant=...)), got {scope!r:.80}"
@@ -120,6 +121,7 @@ def check_scope(scope: Scope) -> None:
         value = getattr(scope, name)
         if value is not None and not isinstance(value, str):
             raise RequestValidationError(f"{name} must be a string, got {value!r}")
+    return scope
 
 
 def check_parts(embedder: object, verifier: object, monitor: object, **switches: object) -> None:

@@ -222,8 +222,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
     ) -> str | None:
         """Why this call must not use the cache (``None`` when it may)."""
         check_call(request)
-        scope = scope or current_scope()
-        check_scope(scope)
+        scope = check_scope(scope or current_scope())
         if not cacheable:
             return "opted_out"
         if request.temperature and not self.cache_sampled:
@@ -292,8 +291,7 @@ class ResponseCache(_SemanticMatching, Closes, AsyncCloses):
             hit = None
         if hit is not None and hit.kind == "semantic" and self.monitor is not None:
             if not self._closed:  # (a closed cache starts no background check)
-                text, scope = hit.response.text or "", scope or current_scope()
-                self.monitor.sample(self.namespace, request, text, scope)
+                self.monitor.sample(self.namespace, request, hit.response.text or "", scope)
             if not self.monitor.serving(self.namespace):  # checked, not served
                 self.stats._add("monitor_refusals")
                 hit = None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
-from ..context import Scope, scoped
+from ..context import Scope, current_scope, scoped
 from ..errors import ConfigurationError
 from ..models import ChatRequest, ChatResponse
 
@@ -47,7 +47,7 @@ __all__ = ["FalseHitMonitor", "MonitorState"]
 logger = logging.getLogger("llmguard_sdk")
 
 Compare = Callable[[str, str], bool]
-_Sample = tuple[str, ChatRequest, str, Scope | None]  # namespace, request, cached text, scope
+_Sample = tuple[str, ChatRequest, str, Scope]  # namespace, request, cached text, scope
 
 
 @dataclass(frozen=True)
@@ -176,9 +176,11 @@ class FalseHitMonitor:
     ) -> bool:
         """Maybe check this semantic hit (or would-be hit) in the background; whether it was
         queued. Never blocks. ``scope``: the lookup's (the tenant, feature and user its
-        re-check is asked for: ``ask`` runs in it, see :func:`~llmguard_sdk.scoped`)."""
+        re-check is asked for: ``ask`` runs in it, see :func:`~llmguard_sdk.scoped`;
+        ``None``: the caller's :func:`~llmguard_sdk.context.current_scope`)."""
         if self._rng.random() >= self.sample_rate:
             return False
+        scope = scope if scope is not None else current_scope()
         with self._lock:
             state = self._state(namespace)
             if not self._take_token():
@@ -342,11 +344,9 @@ class FalseHitMonitor:
                 continue
             namespace, request, cached_text, scope = item
             try:
-                if scope is None:
+                # (a Guard's chat given as ask: the tenant's call, its budget and limits)
+                with scoped(tenant=scope.tenant, feature=scope.feature, user=scope.user):
                     self._check(namespace, request, cached_text)
-                else:  # (a Guard's chat given as ask: the tenant's call, its budget and limits)
-                    with scoped(tenant=scope.tenant, feature=scope.feature, user=scope.user):
-                        self._check(namespace, request, cached_text)
             except Exception:
                 logger.exception("cache monitor: a background check failed (not counted)")
             finally:
