@@ -1,6 +1,6 @@
 """An HTTP route's options, checked before any call: its pool size, its headers, the async
-calls' library; whether its API takes OpenAI's ``prompt_cache_key``; and its URL as a repr
-shows it (no password)."""
+calls' library; whether its API takes OpenAI's ``prompt_cache_key``; its URL as a repr
+shows it (no password), and the server it names (telemetry's ``server.address``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import httpx
 from .._http_library import Library, pick_library
 from ..errors import ConfigurationError
 
-__all__ = ["async_library", "check_count", "header_safe", "shown", "takes_cache_key"]
+__all__ = [
+    "async_library",
+    "check_count",
+    "header_safe",
+    "server_of",
+    "shown",
+    "takes_cache_key",
+]
 
 _CACHE_KEY_HOSTS = ("api.openai.com", ".openai.azure.com")
 """The hosts whose chat completions take OpenAI's ``prompt_cache_key``: OpenAI's own API and
@@ -42,6 +49,19 @@ def takes_cache_key(base_url: str) -> bool:
         return True
     first = parts.path.lstrip("/").partition("/")[0]
     return _on(host, _FOUNDRY_HOSTS) and first.lower() == "openai"
+
+
+def server_of(base_url: str) -> tuple[str | None, int | None]:
+    """The host and port of ``base_url`` (its scheme's port when it names none): telemetry's
+    ``server.address`` and ``server.port``; ``(None, None)`` where it names no host."""
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname:
+        return None, None
+    return parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def _on(host: str, hosts: tuple[str, ...]) -> bool:

@@ -69,7 +69,7 @@ from ._batch_inflight import InFlight
 from ._batch_results import Outcome, as_chunk, missing, timed_out
 from ._batch_sent import BatchOptions, batch_options, split_note
 from ._http_errors import transport_error
-from ._route_options import takes_cache_key
+from ._route_options import server_of, takes_cache_key
 from .anthropic import ANTHROPIC_VERSION, build_anthropic_payload, claude_payload
 from .base import StreamCall, _check_timing, _Streams
 from .wire import build_payload, encode_payload
@@ -94,6 +94,10 @@ class BatchProvider(BatchExchanges, _Streams):
             later check waits 1.5 times longer than the one before, up to a minute (a batch
             takes minutes to hours). A caller that gives up is noticed within this time.
         transport: an httpx transport (tests).
+
+    ``provider_name`` (``api``), ``server_address`` and ``server_port`` (the host and port
+    of ``base_url``) are what telemetry names its calls' provider and server by, as a plain
+    route's.
     """
 
     is_local = False
@@ -129,6 +133,8 @@ class BatchProvider(BatchExchanges, _Streams):
         elif api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.api = api
+        self.provider_name: str = api  # telemetry's gen_ai.provider.name, server.address ...
+        self.server_address, self.server_port = server_of(base_url)
         self._hints = takes_cache_key(base_url)  # (OpenAI's own, Azure OpenAI's)
         self.model = model
         self.name = name or f"{api}-batch"

@@ -56,7 +56,14 @@ from ._http_errors import (
     transport_error,
 )
 from ._requests import Pool, RequestBuilder, own_transport
-from ._route_options import async_library, check_count, header_safe, shown, takes_cache_key
+from ._route_options import (
+    async_library,
+    check_count,
+    header_safe,
+    server_of,
+    shown,
+    takes_cache_key,
+)
 from .base import StreamCall, _Streams
 from .wire import (
     ANTHROPIC_ONLY_KEY,
@@ -140,7 +147,7 @@ class OpenAICompatibleProvider(_Streams):
             port_ok = parts.port is None or parts.port > 0
         except ValueError:
             port_ok = False
-        if parts.scheme not in ("http", "https") or not (host := parts.hostname) or not port_ok:
+        if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
             raise ConfigurationError(
                 f"base_url must be an http(s) URL such as https://<provider host>/v1, "
                 f"got {base_url!r}"
@@ -168,8 +175,7 @@ class OpenAICompatibleProvider(_Streams):
             send_cache_key = takes_cache_key(base_url)
         self.send_cache_key = send_cache_key
         self.name = name or parts.netloc.rpartition("@")[2]  # never a user:password@
-        self.server_address = host  # (telemetry's server.address and .port)
-        self.server_port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.server_address, self.server_port = server_of(base_url)  # (telemetry's)
         self._url = self.base_url + "/chat/completions" + query
         self._max_connections = max_connections
         self._route_cap: int | None = None
