@@ -10,7 +10,7 @@ tells without a grader:
   ``length``), Claude paused its turn (``pause_turn``) or a server cut it (Mistral's
   ``model_length``, vLLM's ``abort``: :data:`~llmguard_sdk.models.INCOMPLETE_FINISH_REASONS`);
 * ``empty``: no text, no tool call and no audio (OpenAI's ``message.audio``: an audio answer
-  has no text);
+  has no text), and no refusal (a refusal without content is ``refusal`` alone);
 * ``json_schema``: the request asked for JSON (``response_format`` ``json_object`` or
   ``json_schema``) and the answer is not JSON, or not of the schema's top-level type, or
   lacks one of its ``required`` keys;

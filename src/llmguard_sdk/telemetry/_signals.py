@@ -37,14 +37,15 @@ def signals_of(
     if response is None or response.metadata.get("cache"):
         return []  # a cached answer was judged when it was first served
     found = []
-    if openai_finish_reason(response.finish_reason) == "content_filter" or response.metadata.get(
-        "refusal"
-    ):
+    finish = openai_finish_reason(response.finish_reason)
+    refused = finish == "content_filter" or bool(response.metadata.get("refusal"))
+    if refused:
         found.append("refusal")
-    if openai_finish_reason(response.finish_reason) == "length":  # an incomplete answer
+    if finish == "length":  # an incomplete answer
         found.append("truncated")
     if not response.text.strip() and not response.tool_calls:
-        if answer_audio(response.metadata) is None:  # (OpenAI's audio answer: no text)
+        # (OpenAI's audio answer has no text; a refusal's text, if any, is its refusal)
+        if answer_audio(response.metadata) is None and not refused:
             found.append("empty")
     elif request and request.response_format and not _fits(request.response_format, response.text):
         found.append("json_schema")
