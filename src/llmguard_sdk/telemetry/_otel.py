@@ -21,6 +21,7 @@ from ._attributes import (
     add_response,
     add_scope,
     call_route,
+    captured,
     check_options,
     exception_type,
     input_messages,
@@ -40,7 +41,7 @@ from ._semconv import Names, SemconvMode, names_for
 from ._signals import signals_of
 from ._spans import end_started, failed, start_traced_attempt, with_trace, write_attempts
 from .anomaly import Anomalies, AnomalyEvent
-from .redaction import redact, redact_secrets
+from .redaction import redact
 from .sampling import EvalSink, call_record
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ class Telemetry:
             (``prompt`` / ``answer``), redacted.
         redact: the function applied to captured content (default masks credentials,
             e-mail addresses, phone and card numbers, SSNs and IBANs; see
-            :class:`~llmguard_sdk.telemetry.redaction.Redactor` for more).
+            :class:`~llmguard_sdk.telemetry.redaction.Redactor` for more). One that fails
+            (raises, or gives no string) has its content exported as ``[redaction failed]``
+            (logged), never unredacted; the call's spans and points go out as ever.
         max_content_chars: captured content is cut to this many characters.
         log_level: the level of the per-call log record (``None``: no record).
         semconv: ``"latest"`` (today's GenAI conventions) or ``"previous"`` (the v1.36.0
@@ -563,7 +566,7 @@ class Telemetry:
         )
 
     def _content(self, text: str) -> str:
-        return self._redact(redact_secrets(text))[: self._max_chars]
+        return captured(self._redact, text, self._max_chars)
 
 
 def _span_events(signals: list[str], anomalies: list[AnomalyEvent]) -> list[tuple[str, Attributes]]:
