@@ -36,8 +36,8 @@ class LabelCap:
         if not attributes:
             return attributes
         seen = self._seen
-        for key, value in attributes.items():
-            if type(value) is str and value not in seen.get(key, ()):
+        for key, value in attributes.items():  # (a str subclass too: an enum, a typed id)
+            if isinstance(value, str) and value not in seen.get(key, ()):
                 return self._bounded(attributes)
         return attributes
 
