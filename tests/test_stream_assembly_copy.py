@@ -60,7 +60,7 @@ def test_a_continuations_estimate_counts_its_own_output_alone() -> None:
     more = {"index": 0, "function": {"arguments": " 1}"}}
     assembler.add(StreamChunk(text="", metadata={"thinking": [{"thinking": "new"}]}))
     assembler.add(StreamChunk(text="", tool_calls=[more], finish_reason="tool_calls"))
-    used = assembler.used("m", 5, None)
+    used = assembler.used("m", 5)
     assert used is not None
     own = "New text." + " More thoughts." + "new" + '{"a": 1}'
     assert used.output_tokens == count_text_tokens(own, "m").tokens
