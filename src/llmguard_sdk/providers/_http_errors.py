@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 
 import httpx
 
@@ -66,10 +67,27 @@ def deadline_passed(route: str) -> ProviderTimeoutError:
 
 
 def transport_error(
-    exc: Exception, route: str, deadline: float, errors: HttpErrors = HTTPX_ERRORS
+    exc: Exception,
+    route: str,
+    deadline: float,
+    errors: HttpErrors = HTTPX_ERRORS,
+    answered: tuple[int, Mapping[str, str]] | None = None,
 ) -> ProviderError:
     """``exc`` (an error of ``errors``' library) as the typed error of a call to ``route``:
-    whether the request was sent, and a timeout where the deadline has passed."""
+    whether the request was sent, and a timeout where the deadline has passed.
+    ``answered``: the status and headers of the answer whose body ``exc`` broke (they came),
+    kept on the error as a stream's break keeps them: a 200 says the provider took the
+    request (:func:`~llmguard_sdk._core.limits.bills_prompt`)."""
+    error = _transport_error(exc, route, deadline, errors)
+    if answered is not None:
+        error.status_code, headers = answered
+        error.headers = {name.lower(): value for name, value in headers.items()}
+    return error
+
+
+def _transport_error(
+    exc: Exception, route: str, deadline: float, errors: HttpErrors
+) -> ProviderError:
     sent = not isinstance(exc, errors.not_sent)  # not sent: safe to send again
     if time.monotonic() >= deadline:
         error = deadline_passed(route)

@@ -351,6 +351,7 @@ class OpenAICompatibleProvider(_Streams):
         """Send one non-streaming chat completion and parse its answer."""
         pool = self._sync_pool()
         built = self._build(pool.client, request, model, stream=False, deadline=deadline)
+        collected: Collector | None = None  # (once the answer's status and headers came)
         try:
             response = pool.send(built)
             with Reading(response, deadline):
@@ -360,7 +361,7 @@ class OpenAICompatibleProvider(_Streams):
                         if collected.add(piece):
                             break
         except httpx.HTTPError as exc:
-            raise transport_error(exc, self.name, deadline) from exc
+            raise transport_error(exc, self.name, deadline, answered=_head(collected)) from exc
         return self._parse(response.status_code, collected.headers, collected.data)
 
     async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
@@ -368,6 +369,7 @@ class OpenAICompatibleProvider(_Streams):
         pool = self._async_pool()
         built = self._build(pool.client, request, model, stream=False, deadline=deadline)
         errors = library_errors(self._async_library)
+        collected: Collector | None = None  # (once the answer's status and headers came)
         try:
             with anyio.fail_after(max(0.0, deadline - time.monotonic())):
                 response = await self._asend(pool, built)
@@ -386,7 +388,8 @@ class OpenAICompatibleProvider(_Streams):
         except TimeoutError:
             raise deadline_passed(self.name) from None
         except errors.any as exc:
-            raise transport_error(exc, self.name, deadline, errors) from exc
+            answered = _head(collected)
+            raise transport_error(exc, self.name, deadline, errors, answered) from exc
         return self._parse(response.status_code, collected.headers, collected.data)
 
     def _stream(self, call: StreamCall) -> Generator[StreamChunk, None, None]:
@@ -457,6 +460,13 @@ class OpenAICompatibleProvider(_Streams):
             with anyio.CancelScope(shield=True):
                 await aclose_pieces(pieces)  # (ended at its last event: not exhausted)
                 await response.aclose()
+
+
+def _head(collected: Collector | None) -> tuple[int, dict[str, str]] | None:
+    """The status and headers of an answer whose body was being read (None: none came)."""
+    if collected is None or collected.status is None:
+        return None
+    return collected.status, collected.headers
 
 
 def _cap_pools(routes: Sequence[object], limits: LimitsConfig | None) -> LimitsConfig | None:
