@@ -96,13 +96,33 @@ def fake() -> Iterator[FakeProvider]:
 def test_a_stream_dropped_before_content_is_charged_its_prompt(
     fake: FakeProvider, redis_url: str, redis_prefix: str, api: str, mode: str
 ) -> None:
-    """The connection closes mid-event after the opening events (before: $0 charged)."""
-    fake.script(Fault(cut_stream_after=0))
+    """The connection closes mid-event after the opening events (before: $0 charged); no
+    usage came (Claude's ``message_start`` without one): the prompt as the hold counts it."""
+    fake.script(Fault(cut_stream_after=0, omit_usage=True))
     with _guard([_route(api, fake)], (redis_url, redis_prefix)) as guard:
         with pytest.raises(LLMGuardError):
             _streamed(guard, mode)
         assert len(fake.requests) == 1  # (it reached the provider)
         assert _charged(guard) == pytest.approx(PROMPT_USD)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_dropped_stream_is_charged_the_input_its_provider_reported(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, mode: str
+) -> None:
+    """Claude's ``message_start`` said the prompt's input tokens before the stream dropped:
+    charged that count (the fake counts words), not the SDK's estimate ($0.0008 before)."""
+    fake.script(None, Fault(cut_stream_after=0))
+    with _guard([_route("messages", fake)], (redis_url, redis_prefix)) as guard:
+        with guard.chat(USER, stream=True, max_tokens=20) as chunks:  # (its count learnt)
+            list(chunks)
+        assert chunks.response.usage is not None
+        reported = chunks.response.usage.input_tokens
+        assert reported * 100 / 1e6 != pytest.approx(PROMPT_USD)  # (they differ)
+        before = _charged(guard)
+        with pytest.raises(LLMGuardError):
+            _streamed(guard, mode)
+        assert _charged(guard) - before == pytest.approx(reported * 100 / 1e6)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -16,6 +16,7 @@ from ..tokens import count_text_tokens
 __all__ = [
     "Assembler",
     "CallSlots",
+    "at_least",
     "has_content",
     "merge_metadata",
     "merge_tool_call_deltas",
@@ -132,7 +133,7 @@ class Assembler:
             merge_tool_call_deltas(self._tool_calls, chunk.tool_calls, self._slots)
         self.finish_reason = chunk.finish_reason or self.finish_reason
         self.usage = usable_usage(chunk.usage) or self.usage  # (a provider object's: bounded)
-        self._so_far = chunk._usage_so_far or self._so_far
+        self._so_far = usable_usage(chunk._usage_so_far) or self._so_far
         self.model = chunk.model or self.model
         self.id = chunk.id or self.id
         if chunk.metadata:
@@ -186,7 +187,9 @@ class Assembler:
         delivered (carried text aside), its text, reasoning and tool calls' arguments
         (:func:`_output`) as ``model`` counts them, and the server-side tool uses its stream
         showed (Claude's ``server_tool_use`` blocks before ``message_delta``, OpenAI's tool
-        call items before ``response.completed``: billed once run); None where it is not
+        call items before ``response.completed``: billed once run), its input as its
+        provider reported it before its end where it did (Claude's ``message_start``: cache
+        reads and writes apart, :func:`at_least`); None where it is not
         :meth:`charged` (``billed``: its prompt is), a failure before any content or tool
         use that its provider does not bill (everything goes back)."""
         if self.usage is not None:
@@ -194,11 +197,9 @@ class Assembler:
         if not self.charged(billed):
             return None
         output = self.counted(model)
-        used = Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
-        shown = self._so_far
-        if shown is None:
-            return used
-        return used.model_copy(update={tool.uses: getattr(shown, tool.uses) for tool in TOOLS})
+        if self._so_far is not None:
+            return at_least(self._so_far, output, int(input_tokens))
+        return Usage(input_tokens=int(input_tokens), output_tokens=output, estimated=True)
 
     def counted(self, model: str | None) -> int:
         """The output tokens of what this route delivered (carried text aside), as ``model``
@@ -230,6 +231,16 @@ class Assembler:
             headers=dict(self.headers),
             metadata=dict(self.metadata),
         )
+
+
+def at_least(used: Usage, output: int, sent: int) -> Usage:
+    """``used`` (a provider's usage so far, before its stream's end), its output at least
+    ``output`` (estimated), its prompt the ``sent`` tokens where the provider counted none
+    yet (OpenAI's tool call items come before its usage)."""
+    update: dict[str, Any] = {"output_tokens": max(used.output_tokens, output), "estimated": True}
+    if not used.input_tokens:
+        update["input_tokens"] = sent
+    return used.model_copy(update=update)
 
 
 def _length(value: object) -> int:

@@ -28,7 +28,7 @@ from ..models import ChatResponse, StreamChunk, Usage
 from ..providers.base import Provider
 from ..store import Step
 from . import limits, plan, routes
-from .assembly import Assembler, has_content
+from .assembly import Assembler, at_least, has_content
 from .limits import Reservation
 from .ops import AwaitLeg, HaltLegs, LegEvent, Preopened, Race, StartLeg, StopLegs, answer_of
 from .run import Run, elapsed_since
@@ -307,7 +307,7 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
             limits.cut_off(run.ctx, leg.route, leg.reservation, output)
         else:  # its prompt as its provider counted it (else as sent), its tools' uses
             sent = limits.sent_input(run.ctx, leg.route, leg.reservation)
-            run.ctx.unserved.append((leg.route.name, _at_least(so_far, output, sent)))
+            run.ctx.unserved.append((leg.route.name, at_least(so_far, output, sent)))
         return run.give_back_steps(leg.route, leg.reservation)
     used, headers = _answer_usage(state, leg, answered)
     run.ctx.unserved.append((leg.route.name, used))
@@ -324,17 +324,20 @@ def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict
     if isinstance(event.value, ChatResponse):
         response = event.value
         return limits.response_usage(ctx, leg.route, leg.reservation, response), response.headers
-    buffered: list[StreamChunk] = event.value[0] if event.value is not None else []
-    # (a record of its own: the loser's attempt and the call note no first token of it)
+    assembler = _assembled(leg, event.value[0] if event.value is not None else [])
+    model = limits.answer_model(ctx, leg.route, assembler.model)
+    used = assembler.used(model, limits.sent_input(ctx, leg.route, leg.reservation))
+    assert used is not None  # (billed: its prompt was sent)
+    return used, assembler.headers
+
+
+def _assembled(leg: _Leg, chunks: list[StreamChunk]) -> Assembler:
+    """A leg's streamed ``chunks`` assembled, to be counted (a record of its own: the leg's
+    attempt and the call note no first token of it)."""
     assembler = Assembler(None, "", AttemptRecord(leg.route.name))
-    for chunk in buffered:
+    for chunk in chunks:
         assembler.add(chunk)
-    output = assembler.counted(limits.answer_model(ctx, leg.route, assembler.model))
-    so_far = reported(buffered)
-    sent = limits.sent_input(ctx, leg.route, leg.reservation)
-    if so_far is not None:  # its provider's count of its prompt, its output at least
-        return _at_least(so_far, output, sent), assembler.headers
-    return Usage(input_tokens=sent, output_tokens=output, estimated=True), assembler.headers
+    return assembler
 
 
 def reported(chunks: list[StreamChunk]) -> Usage | None:
@@ -345,16 +348,6 @@ def reported(chunks: list[StreamChunk]) -> Usage | None:
         if found is not None:
             return found
     return None
-
-
-def _at_least(used: Usage, output: int, sent: int) -> Usage:
-    """``used`` (a provider's usage so far), its output at least ``output`` (estimated), its
-    prompt the ``sent`` tokens where the provider counted none yet (OpenAI's tool call
-    items come before its usage)."""
-    update: dict[str, Any] = {"output_tokens": max(used.output_tokens, output), "estimated": True}
-    if not used.input_tokens:
-        update["input_tokens"] = sent
-    return used.model_copy(update=update)
 
 
 def _loser_output(state: _Race, leg: _Leg) -> int:

@@ -76,7 +76,13 @@ class Fault:
     missing_fields: bool = False
     """200 with valid JSON that has no ``"choices"``."""
     omit_usage: bool = False
-    """A normal answer without ``usage`` (streams: no usage chunk), as some servers give."""
+    """A normal answer without ``usage`` (streams: no usage chunk), as some servers give; a
+    Claude stream cut by ``cut_stream_after`` then has no usage in its ``message_start``
+    either (else the prompt's input tokens, as Claude's).
+
+    .. versionchanged:: 0.2.0
+       A cut Claude stream's ``message_start`` carries the prompt's usage.
+    """
     omit_item_id: str | None = None
     """Responses streams: each server-side tool call item (a ``web_search_call`` ...) leaves
     its ``id`` out of its ``response.output_item.added`` event (``"added"``) or its

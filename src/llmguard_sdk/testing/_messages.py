@@ -128,10 +128,8 @@ class _MessagesHandler(_BaseHandler):
         provider = self._srv.provider
         pieces, finish, call = answer
         input_tokens, body = asked
-        if usage is not None:  # (no searches yet: message_delta gives the call's count)
-            message["usage"] = {**usage, "output_tokens": 0}
-            if "server_tool_use" in usage:
-                message["usage"]["server_tool_use"] = {"web_search_requests": 0}
+        if usage is not None:
+            message["usage"] = _started_usage(usage)
         provider._note_status(200)
         self._start_stream(headers)
         self._event(_sse("message_start", {"message": message}))
@@ -229,7 +227,7 @@ class _MessagesHandler(_BaseHandler):
         if fault.wrong_content_type:
             self._send(200, _HTML_BODY, "text/html; charset=utf-8", headers)
             return
-        start = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant"}
+        start: dict[str, Any] = {"id": f"msg_fake_{n}", "type": "message", "role": "assistant"}
         start["model"] = body["model"]
         if fault.malformed_json:
             broken = b'{"id":"msg_fake_%d","type":"message","content":[' % n
@@ -256,7 +254,7 @@ class _MessagesHandler(_BaseHandler):
         pieces = _split_pieces(reply)
         if stream:
             self._start_stream(headers)
-            self._event(_sse("message_start", {"message": {**start, "content": []}}))
+            self._event(_sse("message_start", {"message": _cut_started(start, body, fault)}))
             at = self._server_events(body, start["id"])  # (run before it is cut)
             self._event(_sse("content_block_start", {"index": at, "content_block": _TEXT_BLOCK}))
             for i, piece in enumerate(pieces[: fault.cut_stream_after or 0]):
@@ -288,6 +286,25 @@ def _usage(
     if searches is not None:  # (Claude's usage names its server tools' uses)
         usage["server_tool_use"] = {"web_search_requests": searches}
     return usage
+
+
+def _cut_started(start: dict[str, Any], body: dict[str, Any], fault: Fault) -> dict[str, Any]:
+    """The message of a cut stream's ``message_start``: with the prompt's usage, as
+    Claude's, unless ``fault.omit_usage``."""
+    message = {**start, "content": []}
+    if not fault.omit_usage:
+        tokens = len(_anthropic_tokens(body)[0])
+        message["usage"] = _started_usage(_usage(body, tokens, 0, 0, 0))
+    return message
+
+
+def _started_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The usage of a stream's ``message_start``: the answer's ``usage`` before any output
+    and any search (``message_delta`` gives the call's counts)."""
+    started = {**usage, "output_tokens": 0}
+    if "server_tool_use" in usage:
+        started["server_tool_use"] = {"web_search_requests": 0}
+    return started
 
 
 def _server_blocks(body: dict[str, Any], n: int | str) -> list[dict[str, Any]]:
