@@ -10,11 +10,12 @@ loopback FakeProvider."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
 
-from llmguard_sdk import Guard, LLMGuardError, Message, Usage
+from llmguard_sdk import ChatRequest, Guard, LLMGuardError, Message, Usage
 from llmguard_sdk.budget import Budget, Budgets, Price, PriceTable
 from llmguard_sdk.providers import (
     AnthropicProvider,
@@ -36,6 +37,8 @@ PRICES = PriceTable.default_table().with_prices(
 # the prompt as the budget estimates it (the fake provider counts words): $0.0002 and more
 PROMPT_USD = count_request_tokens([Message(**m) for m in USER]).tokens * 100 / 1e6
 APIS = ["chat", "messages", "responses"]
+SEARCH: list[dict[str, Any]] = [{"type": "web_search"}]  # (a Responses web search tool)
+SEARCH_USD = 0.01  # a web search, the default fee (the fake models' prices name none)
 
 
 def _route(api: str, fake: FakeProvider) -> Provider:
@@ -158,7 +161,8 @@ def test_a_hedged_stream_whose_first_leg_dropped_pays_for_its_prompt(
     fake: FakeProvider, redis_url: str, redis_prefix: str, api: str
 ) -> None:
     """The first leg's stream drops before content; the second leg serves the call: both
-    prompts are charged (before: the second leg's answer alone)."""
+    prompts are charged (before: the second leg's answer alone), the first's as its provider
+    reported it where it did (Claude's ``message_start``: the fake counts words)."""
     fake.script(Fault(cut_stream_after=0))
     with FakeProvider(model="backup-model", name="backup") as backup:
         routes = [_route(api, fake), _route(api, backup)]
@@ -167,7 +171,33 @@ def test_a_hedged_stream_whose_first_leg_dropped_pays_for_its_prompt(
                 assert "".join(chunk.text for chunk in chunks)
             response = chunks.response
             assert response.route == "backup"
-            assert response.cost_usd == pytest.approx(_tokens_usd(response.usage) + PROMPT_USD)
+            assert response.usage is not None  # (the same fake's count of the same prompt)
+            first = response.usage.input_tokens * 100 / 1e6 if api == "messages" else PROMPT_USD
+            assert response.cost_usd == pytest.approx(_tokens_usd(response.usage) + first)
+            assert _charged(guard) == pytest.approx(response.cost_usd)
+
+
+def test_a_hedged_leg_dropped_after_a_search_pays_for_it(
+    fake: FakeProvider, redis_url: str, redis_prefix: str
+) -> None:
+    """The first leg, a Responses stream, showed its ``web_search_call`` item and dropped
+    before content; the second leg serves the call: the first is charged its prompt and its
+    search ($0.01 a search; before: its prompt alone)."""
+    fake.script(Fault(cut_stream_after=0))
+    with FakeProvider(model="backup-model", name="backup") as backup:
+        routes = [_route("responses", fake), _route("responses", backup)]
+        with _guard(routes, (redis_url, redis_prefix), hedge_after=5.0, timeout=10) as guard:
+            with guard.chat(USER, stream=True, max_tokens=20, tools=SEARCH) as chunks:
+                assert "".join(chunk.text for chunk in chunks)
+            response = chunks.response
+            assert response.route == "backup"
+            assert response.usage is not None
+            assert response.usage.web_search_requests == 1  # (the backup's own: $0.01)
+            asked = ChatRequest.model_validate({"messages": USER, "tools": SEARCH})
+            prompt = count_request_tokens(asked).tokens
+            first = prompt * 100 / 1e6 + SEARCH_USD
+            won = _tokens_usd(response.usage) + SEARCH_USD
+            assert response.cost_usd == pytest.approx(won + first)
             assert _charged(guard) == pytest.approx(response.cost_usd)
 
 

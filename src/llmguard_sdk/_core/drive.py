@@ -293,7 +293,7 @@ class _ThreadLegs:
             with abortable(leg.abort):
                 event = self._attempt(leg)
         except BaseException as error:
-            event = _failed_leg(name, error)
+            event = _failed_leg(name, error, leg.buffered)
         with self.lock:
             leg.finished = True
             after = leg.after if leg.stopped else None
@@ -390,11 +390,11 @@ def _send_now(steps: list[Step[Any]]) -> None:
         logger.exception("giving back a hedge loser's permit or lease failed")
 
 
-def _failed_leg(name: str, error: BaseException) -> ops.LegEvent:
-    """A hedge leg's failure: a provider's is the leg's; anything else (a bug, an interrupt)
-    is raised to the caller."""
+def _failed_leg(name: str, error: BaseException, shown: list[StreamChunk]) -> ops.LegEvent:
+    """A hedge leg's failure: a provider's is the leg's (``shown``: the chunks its stream
+    had read); anything else (a bug, an interrupt) is raised to the caller."""
     if isinstance(error, ProviderError):
-        return ops.LegEvent(name, error=error)
+        return ops.LegEvent(name, error=error, shown=list(shown))
     return ops.LegEvent(name, unexpected=error)
 
 
@@ -536,7 +536,7 @@ class _TaskLegs:
                             break
                     event = ops.LegEvent(name, value=(leg.buffered, leg.chunks))
             except Exception as error:  # cancellation is the task group's, not the leg's
-                event = _failed_leg(name, error)
+                event = _failed_leg(name, error, leg.buffered)
             finally:
                 leg.ended.set()
             self.events.append(event)

@@ -26,12 +26,14 @@ from ..tokens import (
 )
 
 if TYPE_CHECKING:  # stages imports routing, which counts with route_input_tokens
+    from .assembly import Assembler
     from .stages import Stages
 
 __all__ = [
     "Reservation",
     "answer_model",
     "bills_prompt",
+    "charge_stopped",
     "continued_input",
     "cut_off",
     "failed_once_sent",
@@ -203,14 +205,36 @@ def bills_prompt(route: Provider, error: ProviderError) -> bool:
     return took or (waited and (status or 0) < 400)
 
 
+def charge_stopped(
+    ctx: CallContext,
+    route: Provider,
+    reservation: Reservation | None,
+    shown: Assembler,
+    failure: ProviderError | None,
+) -> Usage | None:
+    """Charge an attempt that did not end, a stream or a hedge race's leg (``ctx.unserved``,
+    whoever continues the call), what its provider bills
+    (:meth:`.assembly.Assembler.charged`): its prompt once the provider took it (``failure``
+    None: closed or cancelled once sent; else :func:`bills_prompt`), what ``shown`` (its
+    chunks, none for a plain call) delivered, the server-side tools it ran; its prompt as
+    its provider reported it, where it did. Returns what it used, to settle its rate-limit
+    reservation to (None: all tokens go back)."""
+    billed = failure is None or bills_prompt(route, failure)
+    model = answer_model(ctx, route, shown.model)
+    used = shown.used(model, sent_input(ctx, route, reservation), billed)
+    if used is not None and shown.charged(billed):
+        ctx.unserved.append((route.name, used))
+    return used
+
+
 def failed_once_sent(
     ctx: CallContext, route: Provider, reservation: Reservation | None, error: ProviderError
 ) -> Usage | None:
-    """Note an attempt that failed with ``error`` before any answer (a plain call, a hedge
-    race's leg): where its provider bills the prompt (:func:`bills_prompt`) it is charged as
-    one cut off (:func:`cut_off`). Returns what it used, to settle its rate-limit
-    reservation to: its prompt there (the provider counts it against its rate limits too),
-    else None (all tokens go back)."""
+    """Note a plain call's attempt that failed with ``error`` before any answer: where its
+    provider bills the prompt (:func:`bills_prompt`) it is charged as one cut off
+    (:func:`cut_off`). Returns what it used, to settle its rate-limit reservation to: its
+    prompt there (the provider counts it against its rate limits too), else None (all
+    tokens go back)."""
     return cut_off(ctx, route, reservation) if bills_prompt(route, error) else None
 
 

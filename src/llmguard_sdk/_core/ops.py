@@ -165,13 +165,15 @@ class Preopened:
 @dataclass(frozen=True)
 class LegEvent:
     """How a race leg ended: ready (``value``: a response, or a :class:`Preopened` without
-    route details: buffered chunks and the rest), failed (``error``), or with a bug
+    route details: buffered chunks and the rest), failed (``error``; ``shown``: the chunks a
+    stream leg had read before, what its provider bills beside its prompt), or with a bug
     (``unexpected``, raised to the caller as it is)."""
 
     route: str
     value: ChatResponse | tuple[list[StreamChunk], Any] | None = None
     error: ProviderError | None = None
     unexpected: BaseException | None = None
+    shown: list[StreamChunk] = field(default_factory=list)
 
 
 RaceOp: TypeAlias = "Ask | StartLeg | AwaitLeg | HaltLegs | StopLegs"

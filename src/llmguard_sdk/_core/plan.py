@@ -337,12 +337,8 @@ def _stopped(
     then: its silent losers keep their prompts."""
     ctx, (record, assembler) = run.ctx, attempt
     run.silent_losers = []  # (see race.charge_silent_losers)
-    counting, sent = _counting(run, route, assembler), _sent(run, route, reservation)
     failure = stopped if isinstance(stopped, ProviderError) else None
-    billed = failure is None or limits.bills_prompt(route, failure)  # (closed: it was sent)
-    used = assembler.used(counting, sent, billed)
-    if used is not None and assembler.charged(billed):
-        ctx.unserved.append((route.name, used))
+    used = limits.charge_stopped(ctx, route, reservation, assembler, failure)
     if failure is None:  # closed or cancelled
         if not assembler.delivered:  # no route served the call (as for a plain call)
             ctx.route = None

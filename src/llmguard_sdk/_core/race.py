@@ -11,7 +11,9 @@ charged what it used (its usage, else its counted output), not an estimate; one 
 is charged its prompt and an estimate of its output (a plain call's: the winner's output; a
 stream's: the hidden reasoning the winner did before its first content). A streamed loser's
 prompt is counted as its provider reported it in what it had streamed (Anthropic's
-``message_start``), where it did.
+``message_start``), where it did. A leg that failed is charged as any attempt that did not
+end (:func:`.limits.charge_stopped`): its prompt once its provider took it, and the
+server-side tools its stream showed before it failed.
 """
 
 from __future__ import annotations
@@ -164,8 +166,9 @@ def _ended(state: _Race, event: LegEvent) -> bool:
     run = state.run
     state.errors[leg.route.name] = event.error
     leg.record.end(event.error)
-    sent = limits.failed_once_sent(run.ctx, leg.route, leg.reservation, event.error)
-    run.settle(leg.reservation, used=sent, error=event.error)  # (sent: its prompt kept)
+    shown = _assembled(leg, event.shown)  # (a stream's: its tools' uses, its prompt's count)
+    used = limits.charge_stopped(run.ctx, leg.route, leg.reservation, shown, event.error)
+    run.settle(leg.reservation, used=used, error=event.error)  # (used: its prompt kept)
     run.record(leg.route, event.error, elapsed_since(leg.started))
     return True
 
