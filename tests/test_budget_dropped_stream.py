@@ -64,15 +64,16 @@ def _guard(routes: list[Provider], redis: tuple[str, str], **options: object) ->
     )
 
 
-def _streamed(guard: Guard, mode: str) -> str:
-    """One streamed call of :data:`USER` read to its end (its failure raised): its text."""
+def _streamed(guard: Guard, mode: str, **options: Any) -> str:
+    """One streamed call of :data:`USER` (``options``: more of the request) read to its end
+    (its failure raised): its text."""
     if mode == "sync":
-        with guard.chat(USER, stream=True, max_tokens=20) as chunks:
+        with guard.chat(USER, stream=True, max_tokens=20, **options) as chunks:
             return "".join(chunk.text for chunk in chunks)
 
     async def read() -> str:
         try:
-            stream = await guard.achat(USER, stream=True, max_tokens=20)
+            stream = await guard.achat(USER, stream=True, max_tokens=20, **options)
             async with stream:
                 return "".join([chunk.text async for chunk in stream])
         finally:
@@ -199,6 +200,25 @@ def test_a_hedged_leg_dropped_after_a_search_pays_for_it(
             won = _tokens_usd(response.usage) + SEARCH_USD
             assert response.cost_usd == pytest.approx(won + first)
             assert _charged(guard) == pytest.approx(response.cost_usd)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_hedged_legs_timed_out_after_a_search_pay_for_it(
+    fake: FakeProvider, redis_url: str, redis_prefix: str, mode: str
+) -> None:
+    """Both legs, Responses streams, showed their ``web_search_call`` items and stalled
+    until the call's deadline: each is charged its prompt and its search (before: its
+    prompt alone)."""
+    fake.always(Fault(first_token_delay=30))
+    with FakeProvider(model="backup-model", name="backup") as backup:
+        backup.always(Fault(first_token_delay=30))
+        routes = [_route("responses", fake), _route("responses", backup)]
+        with _guard(routes, (redis_url, redis_prefix), hedge_after=0.2, timeout=2) as guard:
+            with pytest.raises(LLMGuardError):
+                _streamed(guard, mode, tools=SEARCH)
+            asked = ChatRequest.model_validate({"messages": USER, "tools": SEARCH})
+            prompt = count_request_tokens(asked).tokens
+            assert _charged(guard) == pytest.approx(prompt * 110 / 1e6 + 2 * SEARCH_USD)
 
 
 def _tokens_usd(usage: Usage | None) -> float:

@@ -13,7 +13,9 @@ stream's: the hidden reasoning the winner did before its first content). A strea
 prompt is counted as its provider reported it in what it had streamed (Anthropic's
 ``message_start``), where it did. A leg that failed is charged as any attempt that did not
 end (:func:`.limits.charge_stopped`): its prompt once its provider took it, and the
-server-side tools its stream showed before it failed.
+server-side tools its stream showed before it failed. A leg still running at the deadline (a
+timeout) is charged as a streamed loser cut off is: its prompt as its provider reported it,
+and the server-side tools its stream had showed.
 """
 
 from __future__ import annotations
@@ -198,14 +200,15 @@ def _halted(state: _Race) -> Generator[Any, Any, None]:
     """Stop the losers, and take the answers of those that ended meanwhile: an answer that
     came as a loser was stopped is charged as it used, not estimated (its thread ended after
     the race decided; its task after its cancellation). A failure then is the stop's own (an
-    aborted socket): not the route's."""
+    aborted socket): not the route's. Without a winner (the deadline), a stream's usage so
+    far is taken alone, for its timeout's charge."""
     winner = state.winner
     keep = winner[0].route.name if winner is not None and state.run.streaming else None
     events: list[LegEvent] = yield HaltLegs(keep)
-    for event in events if winner is not None else ():
+    for event in events:
         if state.legs[event.route].ended:
             continue
-        if _answer_came(event):
+        if winner is not None and _answer_came(event):
             state.answered[event.route] = event
         elif event.error is not None and not event.error.request_sent:
             state.unsent.add(event.route)  # (waiting for a connection: it cost nothing)
@@ -279,7 +282,7 @@ def _stop(state: _Race) -> StopLegs:
             )
             state.errors[leg.route.name] = timed_out
             run.record(leg.route, timed_out, elapsed_since(leg.started))
-            sent = limits.cut_off(run.ctx, leg.route, leg.reservation)  # (billed)
+            sent = _cut_off(state, leg, 0)  # (billed: its prompt, the tools its stream showed)
             # its prompt kept, its output back (as a plain call that timed out)
             after[leg.route.name] = run.settle_steps(leg.reservation, used=sent, sent=True)
         else:  # a loser: its request was sent, the provider bills its prompt (and output)
@@ -304,18 +307,27 @@ def _lost(state: _Race, leg: _Leg) -> list[Step[Any]]:
     if answered is None:
         if run.streaming:  # (its output is known once the winner's stream ends)
             run.silent_losers.append((len(run.ctx.unserved), _allowed(run, leg)))
-        output = _loser_output(state, leg)
-        so_far = state.so_far.get(leg.route.name)
-        if so_far is None:
-            limits.cut_off(run.ctx, leg.route, leg.reservation, output)
-        else:  # its prompt as its provider counted it (else as sent), its tools' uses
-            sent = limits.sent_input(run.ctx, leg.route, leg.reservation)
-            run.ctx.unserved.append((leg.route.name, at_least(so_far, output, sent)))
+        _cut_off(state, leg, _loser_output(state, leg))
         return run.give_back_steps(leg.route, leg.reservation)
     used, headers = _answer_usage(state, leg, answered)
     run.ctx.unserved.append((leg.route.name, used))
     settle = run.settle_steps(leg.reservation, used=used, headers=headers)
     return run.release_steps(leg.route) + settle
+
+
+def _cut_off(state: _Race, leg: _Leg, output: int) -> Usage:
+    """Charge a leg stopped before its answer (a loser, a timeout) its prompt and ``output``
+    (:func:`.limits.cut_off`); a stream's, what its provider reported in what it had
+    streamed (:func:`_halted`): its prompt as its provider counted it (else as sent), its
+    tools' uses. Returns what it used."""
+    run = state.run
+    so_far = state.so_far.get(leg.route.name)
+    if so_far is None:
+        return limits.cut_off(run.ctx, leg.route, leg.reservation, output)
+    sent = limits.sent_input(run.ctx, leg.route, leg.reservation)
+    used = at_least(so_far, output, sent)
+    run.ctx.unserved.append((leg.route.name, used))
+    return used
 
 
 def _answer_usage(state: _Race, leg: _Leg, event: LegEvent) -> tuple[Usage, dict[str, str] | None]:
