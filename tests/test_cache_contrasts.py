@@ -102,6 +102,13 @@ def test_statements_keep_their_own_order_rule_only() -> None:
         )
         is None
     )
+    # without a word that gives the words a direction (from, to, than ...), phrases move freely
+    assert (
+        strict_rejection(
+            "Two kids are playing chess in the park", "Two kids are in the park playing chess"
+        )
+        is None
+    )
     # a word on one side only is left to the standard guards for statements, as before
     assert strict_rejection("Ship the mugs today", "Ship the mugs") is None
 

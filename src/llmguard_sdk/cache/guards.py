@@ -344,15 +344,20 @@ def _read(text: str) -> list[str]:
     return _tokens(listed(unfronted(text), _is_content))
 
 
+_DIRECTED = _word_set("from to into onto than versus vs")
+
+
 def _reordered(query: str, cached: str) -> bool:
     """Two short texts that are not requests (statements, or instructions the guards do not
     read as requests) whose words are the same words, content words (two or more) in another
     order: "Transfer £50 from my savings to my current account" / "... from my current
     account to my savings", "the dog bit the man" / "the man bit the dog". A rewording that
     moves words about with words of its own ("X has Y as its default" / "the default of X
-    is Y", the passive) is not judged here."""
+    is Y", the passive) is not judged here, nor are texts without a word that gives their
+    words a direction ("from", "to", "than" ...): a statement's phrases move freely ("playing
+    golf on a golf course" / "on a golf course playing golf")."""
     words, cached_words = _read(query), _read(cached)
-    if sorted(words) != sorted(cached_words):
+    if sorted(words) != sorted(cached_words) or _DIRECTED.isdisjoint(words):
         return False
     terms, cached_terms = _strict_terms(words), _strict_terms(cached_words)
     if len(terms) < 2:
@@ -413,8 +418,9 @@ def strict_rejection(query: str, cached: str) -> str | None:
     anywhere else ("the best laptop" is not "a laptop"), and "the fastest way to V" is "V
     fast". Two short statements (or instructions not read as requests: "Transfer £50 from
     my savings to my current account") are refused only for ``"order"``: the same words, the
-    content words (two or more) in another order; longer texts and the rest of statements are
-    left to :func:`guard_rejection`.
+    content words (two or more) in another order around a word that gives them a direction
+    ("from", "to", "than"); longer texts and the rest of statements are left to
+    :func:`guard_rejection`.
     """
     found = request_terms(query, cached)
     if found is None:
