@@ -195,12 +195,15 @@ def bills_prompt(route: Provider, error: ProviderError) -> bool:
     time (the deadline or ``attempt_timeout`` passed first). A provider's 408 or other error
     answer is not (it did not take the request), nor a request that never reached it
     (connection refused), nor a 200 that is malformed (an HTML page, no JSON: perhaps a
-    proxy's, not the provider's), nor a batch route's call (batch APIs bill completed
-    requests only; a batch nobody waits for is cancelled)."""
+    proxy's, not the provider's), nor a 200 that is an error object (an error event, a
+    router's error answer: it has a ``body``; one of a kind the SDK does not know keeps the
+    status 200), nor a batch route's call (batch APIs bill completed requests only; a batch
+    nobody waits for is cancelled)."""
     if getattr(route, "service_tier", None) == "batch":
         return False
     status = error.status_code
-    took = status == 200 and not isinstance(error, MalformedResponseError)
+    said = error.body is not None  # (the provider's own word that it failed the request)
+    took = status == 200 and not (said or isinstance(error, MalformedResponseError))
     waited = isinstance(error, ProviderTimeoutError) and error.request_sent
     return took or (waited and (status or 0) < 400)
 

@@ -264,9 +264,10 @@ class StreamState:
         kind stands for, a spent quota not retried; never the ``x-should-retry`` of the 200
         answer), or :class:`StreamInterruptedError` after content (``message``: its text,
         else ``default``). Its ``body`` is the error object as an error answer's body
-        (``{"error": {...}}``), so its ``code``, ``type`` and ``param`` are read as an HTTP
-        error's are (the seam and the drop-in clients give them back)."""
-        said = json.dumps({"error": error}) if isinstance(error, Mapping) else None
+        (``{"error": {...}}``; a string's ``{"error": "..."}``), so its ``code``, ``type``
+        and ``param`` are read as an HTTP error's are (the seam and the drop-in clients give
+        them back), and it is no stream dropped after its 200 (its prompt not charged)."""
+        said = json.dumps({"error": error}) if isinstance(error, (Mapping, str)) else None
 
         def build(kind: type[ProviderError], status: int) -> ProviderError:
             return self.failure(kind, message or default, status=status, body=said)
