@@ -55,8 +55,7 @@ __all__ = [
 State = Literal["closed", "open", "half_open", "isolated"]
 """A breaker's state: ``isolated`` is open by hand (``Breakers.isolate``) until reset."""
 Outcome = Literal["ok", "slow", "fail", "rate_limited"]
-"""How a call went, for the breaker: ``rate_limited`` opens it for the server's hint (a
-hint of 0 records nothing; none at all, a failure)."""
+"""How a call went, for the breaker: ``rate_limited`` opens it for the server's hint."""
 
 TIME_BUCKETS = 10
 """A time window of ``window`` seconds is counted in this many buckets of ``window / 10``
@@ -259,16 +258,10 @@ def record(
 ) -> BreakerState:
     """The state after a call's ``outcome`` (``hint``: a 429's Retry-After, seconds;
     ``probe``: whether the call's permit was a half-open probe, :attr:`Permit.probe`,
-    ``None`` when not known: counted as one).
-
-    A 429 with a hint pauses the route for it and is no failure; one whose hint is 0
-    (``Retry-After: 0``, a date in the past) is a pause of no time: nothing is recorded,
-    its permit is given back (:func:`release`). Only a 429 without a hint is a failure."""
+    ``None`` when not known: counted as one)."""
     if state.state in ("open", "isolated"):
         return state  # a late answer from before the breaker opened
-    if outcome == "rate_limited" and hint is not None:
-        if not (hint > 0):  # no wait asked for (NaN: none either): a pause that is already over
-            return release(state, probe)
+    if outcome == "rate_limited" and hint is not None and hint > 0:
         until = max(state.open_until, now + min(hint, policy.max_open_seconds))
         return replace(
             state, state="open", open_until=until, window=(), permits=0, paused_until=until

@@ -37,18 +37,7 @@ end
 if state == 'open' or state == 'isolated' then
   return state
 end
-if outcome == 'rate_limited' and hint and not (hint > 0) then
-  -- a 429 that asked for no wait (Retry-After: 0, a date in the past): nothing recorded,
-  -- its permit given back (as release.lua does); only a 429 without a hint is a failure
-  if state == 'half_open' and ARGV[15] ~= '0' then
-    local permits = tonumber(redis.call('HGET', KEYS[1], 'p')) or 0
-    if permits > 0 then
-      redis.call('HSET', KEYS[1], 'p', permits - 1)
-    end
-  end
-  return state
-end
-if outcome == 'rate_limited' and hint then  -- (hint > 0)
+if outcome == 'rate_limited' and hint and hint > 0 then
   local until_ = math.max(open_until, now + math.min(hint, max_open))
   redis.call('HSET', KEYS[1], 's', 'open', 'u', string.format('%.6f', until_), 'p', 0,
     'z', string.format('%.6f', until_))  -- a probe that passes does not cut this pause short
