@@ -77,6 +77,15 @@ def test_an_id_of_no_known_form_is_refused_as_unknown_not_as_an_alias() -> None:
     assert Release("bot", "v1", route, allow_alias=True).id == "bot@v1"
 
 
+@pytest.mark.parametrize("model", ["deepseek/deepseek-chat", "qwen/qwen-max", "perplexity/sonar"])
+def test_a_router_name_without_a_version_is_not_taken_for_a_repository(model: str) -> None:
+    # OpenRouter's names for models their providers re-point (DeepSeek moved deepseek-chat
+    # between model versions); a repository's name carries a version or size
+    route = OpenAICompatibleProvider("http://127.0.0.1:9", model=model, name="router")
+    with pytest.raises(MovingModelAliasError, match="cannot tell"):
+        Release("bot", "v1", route)
+
+
 def test_an_azure_deployment_named_for_a_dated_version_is_taken_as_pinned() -> None:
     # the name is the user's: one that names a dated version is taken at its word
     route = OpenAICompatibleProvider(AZURE, model="gpt-4o-2024-08-06", name="azure")

@@ -6,7 +6,10 @@ Aliases move: ``...-latest``, an undated preview, a provider's bare family name 
 router's ``org/`` prefix (``openai/gpt-4o``). Fixed: a dated or versioned snapshot, Google's
 stable Gemini ids from 2.5 on (Google: a stable model does not change; 1.x and 2.0 names
 without ``-00N`` are auto-updated aliases), an OpenAI fine-tune, a Hugging Face repository
-(``org/name``, the weights a vLLM server loaded; ``@<commit>``), a ``.gguf`` file.
+whose name carries a version or size (``meta-llama/Llama-3.1-8B-Instruct``, the weights a
+vLLM server loaded; ``@<commit>``), a ``.gguf`` file. A router's ``org/name`` without one
+(``deepseek/deepseek-chat``, ``qwen/qwen-max`` on OpenRouter: names their providers
+re-point) cannot be told.
 
 An Azure OpenAI route's model is a deployment's name, the user's own: one named for a dated
 version is taken at its word; any other is refused saying that the deployment's model version
@@ -39,7 +42,7 @@ _TABLE: tuple[tuple[str, Verdict, str], ...] = (  # (pattern, verdict, why): the
     (r"(^|/)gpt-oss-\d+b$", "pinned", "open weights (gpt-oss)"),
     (r"(^|/)gemini-(2\.[5-9]|[3-9])", "pinned", "a stable Gemini id (2.5 on)"),
     (rf"(^|/){_FAMILIES}", "moving", "a provider's alias of its newest snapshot"),
-    (r"^[^/\s@]+/[^/\s@]+$", "pinned", "a model repository (org/name)"),
+    (r"^[^/\s@]+/[^/\s@]*\d[^/\s@]*$", "pinned", "a model repository (org/name-3.1-8b)"),
 )
 _RULES = tuple((re.compile(pattern), verdict, why) for pattern, verdict, why in _TABLE)
 _AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
