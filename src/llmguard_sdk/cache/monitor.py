@@ -17,7 +17,9 @@ attribute when a ``meter`` is given) is wrong verdicts over verdicts. Once at le
 ``min_checks`` verdicts put it above ``target``, the monitor raises that namespace's
 threshold by ``raise_step`` (up to ``max_raise``), then stops its semantic hits; each action
 starts a fresh window. While semantic hits are stopped, the would-be hits are still sampled
-and checked, and serving resumes once a full window is back at or under ``target``.
+and checked. Recovery undoes one step per full window back at or under ``target``: serving
+resumes first, then each further such window lowers the raise by ``raise_step`` (never below
+0), each again starting a fresh window.
 
 .. versionadded:: 0.2.0
 """
@@ -286,29 +288,50 @@ class FalseHitMonitor:
             return
         rate = state.verdicts.count(False) / len(state.verdicts)
         if rate > self.target and not state.stopped:
-            if state.raise_ + self.raise_step <= self.max_raise + 1e-9 and self.raise_step:
-                state.raise_ = round(state.raise_ + self.raise_step, 6)
-                logger.warning(
-                    "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
-                    "threshold raised by %.2f",
-                    namespace,
-                    rate,
-                    self.target,
-                    state.raise_,
-                )
-            else:
-                state.stopped = True
-                logger.warning(
-                    "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
-                    "semantic hits stopped",
-                    namespace,
-                    rate,
-                    self.target,
-                )
-            state.verdicts.clear()
-        elif state.stopped and rate <= self.target and len(state.verdicts) == self.window:
+            self._tighten(namespace, state, rate)
+        elif rate <= self.target and len(state.verdicts) == self.window:
+            self._relax(namespace, state)
+
+    def _tighten(self, namespace: str, state: _Namespace, rate: float) -> None:
+        """Raise the threshold a step, or stop semantic hits at ``max_raise``."""
+        if state.raise_ + self.raise_step <= self.max_raise + 1e-9 and self.raise_step:
+            state.raise_ = round(state.raise_ + self.raise_step, 6)
+            logger.warning(
+                "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
+                "threshold raised by %.2f",
+                namespace,
+                rate,
+                self.target,
+                state.raise_,
+            )
+        else:
+            state.stopped = True
+            logger.warning(
+                "cache namespace %r: estimated false-hit rate %.3f over target %.3f; "
+                "semantic hits stopped",
+                namespace,
+                rate,
+                self.target,
+            )
+        state.verdicts.clear()
+
+    def _relax(self, namespace: str, state: _Namespace) -> None:
+        """After a full window at or under target: undo one step of :meth:`_tighten` (resume
+        semantic hits, else lower the raise by ``raise_step``, never below 0)."""
+        if state.stopped:
             state.stopped = False
             logger.warning("cache namespace %r: semantic hits resumed", namespace)
+        elif state.raise_ > 0.0:
+            state.raise_ = max(0.0, round(state.raise_ - self.raise_step, 6))
+            logger.warning(
+                "cache namespace %r: false-hit rate back under target; threshold raise "
+                "lowered to %.2f",
+                namespace,
+                state.raise_,
+            )
+        else:
+            return
+        state.verdicts.clear()
 
     def _start_worker(self) -> None:
         """(Under the lock.) Start a worker unless one is running and not leaving."""
