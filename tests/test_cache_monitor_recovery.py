@@ -1,5 +1,5 @@
 """The false-hit monitor gives back what it took: a threshold raise steps back down once the
-answers agree again."""
+answers agree again, and a sample dropped for a full queue spends no check of the budget."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from llmguard_sdk.models import ChatRequest, ChatResponse
 from llmguard_sdk.providers.openai_compat import OpenAICompatibleProvider
 from llmguard_sdk.testing import FakeProvider
 
-from .test_cache_monitor import TOPICS, Drifting, _ask, drifting
+from .test_cache_monitor import TOPICS, Blocking, Drifting, _ask, drifting
 
 __all__ = ["drifting"]  # (the fixture, imported for pytest)
 
@@ -98,3 +98,28 @@ def test_the_raise_comes_down_one_step_per_healthy_window() -> None:
     for _ in range(8):
         monitor.record("n", agreed=True)
     assert monitor.threshold_raise("n") == 0.0
+
+
+def test_a_sample_dropped_for_a_full_queue_keeps_its_budget_token() -> None:
+    """Three checks a minute (a burst of three), the clock still: one checked, one queued,
+    one dropped for the full queue. The dropped one's token is given back, so the next
+    sample is checked (it was dropped by the budget: 2 checks, 2 dropped -> 3 and 1)."""
+    model = Blocking()
+    monitor = FalseHitMonitor(
+        model, sample_rate=1.0, max_checks_per_minute=3, queue_size=1, clock=lambda: 0.0
+    )
+    try:
+        assert monitor.sample("n", _ask("first"), "x")
+        assert model.started.wait(5)  # the worker holds the first: the queue is empty
+        assert monitor.sample("n", _ask("second"), "x")  # the queue is full
+        assert not monitor.sample("n", _ask("third"), "x")  # dropped: no room
+        model.release.set()
+        assert monitor.wait_idle(5)
+        assert monitor.sample("n", _ask("fourth"), "x")
+        assert not monitor.sample("n", _ask("fifth"), "x")  # three tokens, three queued
+        assert monitor.wait_idle(5)
+        assert model.asked == ["first", "second", "fourth"]
+        assert monitor.metrics()["n"].dropped == 2
+    finally:
+        model.release.set()
+        monitor.close()

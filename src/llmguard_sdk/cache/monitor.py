@@ -191,6 +191,7 @@ class FalseHitMonitor:
             try:
                 self._queue.put_nowait((namespace, request, cached_text, scope))
             except queue.Full:
+                self._tokens += 1.0  # (given back: no check was queued for it)
                 state.dropped += 1
                 return False
             self._pending += 1
