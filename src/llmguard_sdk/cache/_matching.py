@@ -12,7 +12,8 @@ import logging
 import time
 from functools import lru_cache
 
-from .._state.stores import RedisStore, Store, hash_id
+from .._state.steps import run
+from .._state.stores import Store, hash_id
 from ..errors import ProviderError
 from ._local import _LocalIndexes
 from ._recent import RecentEmbeddings, embedding_time
@@ -39,6 +40,10 @@ def fresh(entry: CacheEntry, now: float, newer_than: float | None = None) -> boo
     """Whether ``entry`` is served fresh at ``now``: before its ``fresh_until``, and stored at
     ``newer_than`` or later (a call's ``max_age``; ``None``: whenever)."""
     return entry.fresh_until > now and (newer_than is None or entry.created_at >= newer_than)
+
+
+class _Unserved(Exception):
+    """A read or search of the semantic lookup that the store did not serve."""
 
 
 class _SemanticMatching:
@@ -76,7 +81,22 @@ class _SemanticMatching:
         cache is semantic and the query not blank; ``deadline``: see :class:`CacheOptions`;
         ``newer_than``: a fresh entry stored before this instant is not served. A ``stale``
         search counts no near miss or rejection: the lookup before it counted its candidates
-        (a call whose routes failed counted each twice)."""
+        (a call whose routes failed counted each twice). A read or server search the store
+        did not serve is a miss, counted in ``stats.errors`` (stale searches too)."""
+        try:
+            return self._search(keys, stale=stale, deadline=deadline, newer_than=newer_than)
+        except _Unserved:  # (the other reads would not be served either)
+            return None
+
+    def _search(
+        self,
+        keys: CacheKeys,
+        *,
+        stale: bool,
+        deadline: float | None,
+        newer_than: float | None,
+    ) -> CacheHit | None:
+        """:meth:`_semantic`, raising :class:`_Unserved`."""
         now = time.time()
         try:
             probe = self._recent.embedded(keys.query, embedding_time(deadline)).probe
@@ -122,9 +142,14 @@ class _SemanticMatching:
         return None
 
     def _candidates(self, index_key: str, probe: Probe) -> list[Match]:
-        """One partition's nearest entries, best first: from the local index or the server."""
+        """One partition's nearest entries, best first: from the local index or the server
+        (:class:`_Unserved` when it did not serve the search, counted in ``stats.errors``)."""
         if self._server is not None:
-            return self._server.search(index_key, probe.vector, _CANDIDATES)
+            found = run(self._server.served_search_steps(index_key, probe.vector, _CANDIDATES))
+            if found is None:
+                self.stats._add("errors")
+                raise _Unserved
+            return found
         return self._local.search(index_key, probe, _CANDIDATES)
 
     def _guard(self, query: str, cached: str) -> str | None:
@@ -143,7 +168,7 @@ class _SemanticMatching:
         if self.margin:
             for other in matches:
                 if other.entry_id != entry.entry_id and other.similarity > similarity - self.margin:
-                    rival = self._backend.get(other.entry_id)
+                    rival = self._read(other.entry_id)
                     if rival is not None and rival.response.get("text") != entry.response.get(
                         "text"
                     ):
@@ -159,14 +184,27 @@ class _SemanticMatching:
 
     def _candidate(self, entry_id: str) -> CacheEntry | None:
         """A semantic candidate's entry (its query kept); ``None`` when it is gone, forgotten
-        too unless Redis is away (then a miss says nothing: it may well be there)."""
-        entry = self._backend.get(entry_id)
+        too (a read the store did not serve raises, see :meth:`_read`)."""
+        entry = self._read(entry_id)
         if entry is None:
-            if not isinstance(self.state, RedisStore) or not self.state.health.failures:
-                self._local.forget(entry_id)
+            self._local.forget(entry_id)
             return None
         self._local.know(entry.entry_id, entry.query)
         return entry
+
+    def _read(self, entry_id: str) -> CacheEntry | None:
+        """The live entry ``entry_id`` names (marked as recently used); :class:`_Unserved`
+        when the store did not serve the read (counted in ``stats.errors``: a miss then says
+        nothing, the entry may well be there)."""
+        read = getattr(self._backend, "read_steps", None)
+        if read is not None:
+            found: tuple[CacheEntry | None, bool] = run(read(entry_id))
+        else:
+            found = self._backend.get(entry_id), True
+        if not found[1]:
+            self.stats._add("errors")
+            raise _Unserved
+        return found[0]
 
     def _index_key(self, keys: CacheKeys) -> str:
         return _id_hash(keys.partition + keys.context)

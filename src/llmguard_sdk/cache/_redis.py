@@ -244,8 +244,15 @@ class RedisCacheBackend:
     ) -> Step[list[Match]]:
         """The ``k`` entries of partition ``index_key`` nearest to ``vector``, searched on
         the server (``VSIM``), best first; expired entries are dropped on the way."""
+        return (yield from self.served_search_steps(index_key, vector, k)) or []
+
+    def served_search_steps(
+        self, index_key: str, vector: npt.NDArray[np.float32], k: int
+    ) -> Step[list[Match] | None]:
+        """:meth:`search_steps`, ``None`` where Redis did not serve the search (as for
+        :meth:`read_steps`)."""
         if not self._outage.up():
-            return []
+            return None
         try:
             found = yield self._scripts.command(
                 4,
@@ -254,7 +261,7 @@ class RedisCacheBackend:
             )
         except redis_errors() as exc:
             self._failed(exc)
-            return []
+            return None
         # VSIM scores are (1 + cosine) / 2.
         return [
             Match(text(found[i]), 2.0 * float(found[i + 1]) - 1.0) for i in range(0, len(found), 2)
