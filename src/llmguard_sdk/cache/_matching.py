@@ -168,7 +168,7 @@ class _SemanticMatching:
         if self.margin:
             for other in matches:
                 if other.entry_id != entry.entry_id and other.similarity > similarity - self.margin:
-                    rival = self._read(other.entry_id)
+                    rival = self._read(other.entry_id, touch=False)
                     if rival is not None and rival.response.get("text") != entry.response.get(
                         "text"
                     ):
@@ -192,15 +192,17 @@ class _SemanticMatching:
         self._local.know(entry.entry_id, entry.query)
         return entry
 
-    def _read(self, entry_id: str) -> CacheEntry | None:
-        """The live entry ``entry_id`` names (marked as recently used); :class:`_Unserved`
-        when the store did not serve the read (counted in ``stats.errors``: a miss then says
-        nothing, the entry may well be there)."""
+    def _read(self, entry_id: str, *, touch: bool = True) -> CacheEntry | None:
+        """The live entry ``entry_id`` names, marked as recently used unless not ``touch``
+        (where the backend can read without, its ``peek``: a rival read to judge a hit is
+        not used); :class:`_Unserved` when the store did not serve the read (counted in
+        ``stats.errors``: a miss then says nothing, the entry may well be there)."""
         read = getattr(self._backend, "read_steps", None)
         if read is not None:
-            found: tuple[CacheEntry | None, bool] = run(read(entry_id))
+            found: tuple[CacheEntry | None, bool] = run(read(entry_id, touch=touch))
         else:
-            found = self._backend.get(entry_id), True
+            get = self._backend.get if touch else getattr(self._backend, "peek", None)
+            found = (get or self._backend.get)(entry_id), True
         if not found[1]:
             self.stats._add("errors")
             raise _Unserved

@@ -48,11 +48,22 @@ class MemoryCacheBackend:
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend` (the entry comes back without its vector)."""
+        return self._read(entry_id, touch=True)
+
+    def peek(self, entry_id: str) -> CacheEntry | None:
+        """:meth:`get`, not marked as recently used (the cache reads a rival entry so, to
+        judge a hit ambiguous: compared is not used).
+
+        .. versionadded:: 0.2.0"""
+        return self._read(entry_id, touch=False)
+
+    def _read(self, entry_id: str, *, touch: bool) -> CacheEntry | None:
         with self._lock:
             packed = self._entries.get(entry_id)
             if packed is None:
                 return None
-            self._entries.move_to_end(entry_id)
+            if touch:
+                self._entries.move_to_end(entry_id)
         # the id spliced in front of the other fields: one parse, no dict in between
         entry = CacheEntry.model_validate_json(
             b'{"entry_id":%s,%s' % (_json_id(entry_id), packed[1:])

@@ -149,12 +149,12 @@ class RedisCacheBackend:
         return entry
 
     def read_steps(
-        self, entry_id: str, by: float | None = None
+        self, entry_id: str, by: float | None = None, *, touch: bool = True
     ) -> Step[tuple[CacheEntry | None, bool]]:
         """:meth:`get_steps`, and whether Redis served the read (False: Redis away, paused
         after a failure, refusing the command, or no answer by ``by``, a
         :func:`time.monotonic` instant (see :mod:`llmguard_sdk._state.bounds`); the entry is
-        then ``None``)."""
+        then ``None``). ``touch=False``: not marked as recently used (:meth:`peek`)."""
         if not self._outage.up():
             return None, False
         try:
@@ -169,7 +169,7 @@ class RedisCacheBackend:
                     self._log,
                     self._vector_index,
                 ],
-                [entry_id, self._stream_length, self._vector_sets],
+                [entry_id, self._stream_length, self._vector_sets, "" if touch else "peek"],
             )
         except redis_errors() as exc:
             self._outage.failed(exc)
@@ -427,6 +427,13 @@ class RedisCacheBackend:
     def get(self, entry_id: str) -> CacheEntry | None:
         """See :class:`CacheBackend`."""
         return run(self.get_steps(entry_id))
+
+    def peek(self, entry_id: str) -> CacheEntry | None:
+        """:meth:`get`, not marked as recently used (the cache reads a rival entry so, to
+        judge a hit ambiguous: compared is not used).
+
+        .. versionadded:: 0.2.0"""
+        return run(self.read_steps(entry_id, touch=False))[0]
 
     def put(self, entry: CacheEntry) -> list[str] | None:
         """See :class:`CacheBackend`."""

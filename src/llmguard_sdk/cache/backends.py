@@ -26,7 +26,9 @@ __all__ = ["CacheBackend", "Change", "MemoryCacheBackend", "RedisCacheBackend", 
 
 
 class CacheBackend(Protocol):
-    """Storage of cache entries (see the module docs)."""
+    """Storage of cache entries (see the module docs). A backend may also have
+    ``peek(entry_id)``: :meth:`get` without marking the entry as used (both built-in ones
+    do); the cache then reads the rival entries it only compares with it."""
 
     def get(self, entry_id: str) -> CacheEntry | None:
         """The live entry (not past ``stale_until``), marked as recently used; else None."""

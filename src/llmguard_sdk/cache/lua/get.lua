@@ -1,7 +1,8 @@
--- Read one cache entry and mark it most recently used; forget ids whose entry has expired.
+-- Read one cache entry and mark it most recently used (not with ARGV[4] 'peek'); forget ids
+-- whose entry has expired.
 -- KEYS[1] entry key, KEYS[2] LRU sorted set, KEYS[3] use counter, KEYS[4] change log,
 -- KEYS[5] hash: entry id -> index key (server-side search).
--- ARGV[1] entry id, ARGV[2] stream length, ARGV[3] vector-set key prefix.
+-- ARGV[1] entry id, ARGV[2] stream length, ARGV[3] vector-set key prefix, ARGV[4] 'peek' (optional).
 -- Returns {entry JSON, its remaining life in ms (PTTL)}: the reader's clock need not agree
 -- with the writer's.
 local value = redis.call('GET', KEYS[1])
@@ -21,5 +22,7 @@ if not value then
   end
   return false
 end
-redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), ARGV[1])
+if ARGV[4] ~= 'peek' then
+  redis.call('ZADD', KEYS[2], 'XX', redis.call('INCR', KEYS[3]), ARGV[1])
+end
 return {value, redis.call('PTTL', KEYS[1])}
