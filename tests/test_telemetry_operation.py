@@ -8,10 +8,11 @@ Real OpenTelemetry SDK with in-memory exporters, FakeProviders on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from llmguard_sdk import (
     Scope,
 )
 from llmguard_sdk.errors import ProviderUnavailableError
+from llmguard_sdk.models import ChatRequest, ChatResponse, StreamChunk
 from llmguard_sdk.retry import waits_off
 from llmguard_sdk.telemetry import Telemetry
 from llmguard_sdk.testing import FakeProvider, Fault
@@ -122,6 +124,77 @@ def test_duration_and_token_points_name_the_server_that_answered(
     span = call_span(otel)
     assert span.attributes is not None  # the span's, as the span says it
     assert (span.attributes["server.address"], span.attributes["server.port"]) == answered
+
+
+class OwnRoute:
+    """A Provider of the application's own, that names no server (it speaks to ``fake``
+    through an OpenAI-compatible route it keeps to itself), as the local fallback names
+    none."""
+
+    def __init__(self, fake: FakeProvider) -> None:
+        self._inner = OpenAICompatibleProvider(fake.base_url, model=fake.model, name=fake.name)
+        self.name = fake.name
+        self.model: str | None = fake.model
+
+    def complete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        return self._inner.complete(request, model=model, deadline=deadline)
+
+    async def acomplete(self, request: ChatRequest, *, model: str, deadline: float) -> ChatResponse:
+        return await self._inner.acomplete(request, model=model, deadline=deadline)
+
+    def stream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> Generator[StreamChunk, None, None]:
+        return self._inner.stream(
+            request, model=model, deadline=deadline, idle_timeout=idle_timeout
+        )
+
+    def astream(
+        self,
+        request: ChatRequest,
+        *,
+        model: str,
+        deadline: float,
+        idle_timeout: float | None = None,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        timing = {"deadline": deadline, "idle_timeout": idle_timeout}
+        return self._inner.astream(request, model=model, **timing)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@pytest.mark.parametrize("backup_fails", [False, True])
+def test_the_span_names_the_server_its_points_name_when_a_route_without_one_answers(
+    fake: FakeProvider, fake2: FakeProvider, otel: Exported, backup_fails: bool
+) -> None:
+    """With trace propagation the call's span started naming the first route's server:
+    a route without a server (your own Provider, the local fallback) that answered after
+    the first route's 503 left the span naming the failed server, its points none. Both
+    name the server that answered (none here); a call no route answered, the first's."""
+    primary = OpenAICompatibleProvider(fake.base_url, model=fake.model, name=fake.name)
+    guard = Guard([primary, OwnRoute(fake2)], telemetry=otel.telemetry, retry=None, environ={})
+    fake.always(Fault(status=503))
+    if backup_fails:
+        fake2.always(Fault(status=503))
+    with guard, contextlib.suppress(AllRoutesFailedError):
+        guard.chat(USER)
+    span = call_span(otel)
+    assert span.attributes is not None
+    (duration,) = otel.points("gen_ai.client.operation.duration")
+    answered = (primary.server_address, primary.server_port) if backup_fails else (None, None)
+    assert primary.server_address is not None
+    assert server_of(duration) == answered
+    assert (span.attributes.get("server.address"), span.attributes.get("server.port")) == answered
+    assert span.attributes.get("llmguard.served_by") == (None if backup_fails else "backup")
 
 
 @pytest.mark.parametrize(
@@ -417,7 +490,10 @@ def test_a_sampler_sees_the_operations_attributes_at_its_start(
     fake: FakeProvider, make_guard: MakeGuard, propagate: bool
 ) -> None:
     """The conventions list the attributes that "should be provided at span creation time
-    (if provided at all)" for sampling: a sampler saw the operation and model alone."""
+    (if provided at all)" for sampling: a sampler saw the operation and model alone. Where
+    the span starts as its first attempt begins (``propagate``), the route that will answer
+    is not known yet: the server is set as the call ends (a span's attribute cannot be
+    taken back, and a fallback route without a server may answer)."""
     sampler = Recording()
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
@@ -426,13 +502,14 @@ def test_a_sampler_sees_the_operations_attributes_at_its_start(
     (operation,) = [seen for seen in sampler.seen if seen[1] == SpanKind.CLIENT]
     name, _, attributes = operation
     assert name == "chat fake-model"
+    server = {"server.address": "127.0.0.1", "server.port": port_of(fake)}
     assert {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
         "gen_ai.request.model": "fake-model",
-        "server.address": "127.0.0.1",
-        "server.port": port_of(fake),
+        **({} if propagate else server),
     }.items() <= attributes.items()
+    assert propagate is not (server.items() <= attributes.items())
     provider.shutdown()
 
 

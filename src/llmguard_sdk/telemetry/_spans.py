@@ -137,7 +137,9 @@ def start_traced_attempt(
     call = ctx.span
     if call is None:  # what names its operation, for the sampler; the rest as it ends
         first = call_route(ctx, routes)  # (the route of the call's first attempt)
-        attributes = operation(names, first, requested_model(ctx, first))
+        # no server yet: the route that answers names it as the call ends (none: a route
+        # without one answered), and a span's attribute, once set, cannot be taken back
+        attributes = operation(names, first, requested_model(ctx, first), server=False)
         call = ctx.span = tracer.start_span(
             f"chat {attributes['gen_ai.request.model']}".strip(),
             context=caller,
