@@ -6,7 +6,7 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -601,6 +601,40 @@ def test_a_failed_protected_call_is_labelled_with_its_provider_as_a_served_one_i
     assert [dict(a or {}).get("exception.type") for a in raised] == [  # as error.type has it
         "llmguard_sdk.errors.ProviderUnavailableError"
     ]
+
+
+def test_ok_failed_and_closed_streams_of_one_protected_function_share_its_route_label(
+    fake: FakeProvider, otel: Exported
+) -> None:
+    """A protected stream closed before its end was labelled ``llmguard.route="unknown"``
+    while the same function's answered and failed calls said its ``route=``: its calls
+    fell into two series, and its cancellations were no one's."""
+    import openai
+
+    guard = Guard(telemetry=otel.telemetry, environ={}, retry=None)
+    client = openai.OpenAI(base_url=fake.base_url, api_key="sk-x", max_retries=0)
+
+    @guard.protect(route="vendor-sdk")
+    def answer() -> Generator[str, None, None]:
+        stream = client.chat.completions.create(model="gpt-test", messages=USER, stream=True)
+        for chunk in stream:
+            yield chunk.choices[0].delta.content or ""
+
+    fake.script(Fault(), Fault(status=500))
+    list(answer())  # ok
+    with pytest.raises(openai.InternalServerError):
+        list(answer())  # error
+    pieces = answer()
+    next(pieces)
+    pieces.close()  # cancelled
+    client.close()
+    points = otel.points("gen_ai.client.operation.duration")
+    assert sum(p.count for p in points) == 3
+    assert {p.attributes["llmguard.route"] for p in points} == {"vendor-sdk"}
+    spans = otel.finished()
+    outcomes = sorted(str(dict(s.attributes or {})["llmguard.outcome"]) for s in spans)
+    assert outcomes == ["cancelled", "error", "ok"]
+    assert {s.attributes["llmguard.route"] for s in spans} == {"vendor-sdk"}  # type: ignore[index]
 
 
 def test_protected_calls_are_counted_by_feature_as_guarded_calls_are(

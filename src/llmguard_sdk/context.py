@@ -291,7 +291,8 @@ class CallEvent:
     stream's delivered part; ``"estimated"``), or None when no request went out.
     ``provider`` is, for a ``"protect"`` call, the provider of the SDK the function used as
     the GenAI conventions name it (``"openai"``, ``"anthropic"``; ``"unknown"`` when nothing
-    told it); ``route`` is then the label given to ``guard.protect``.
+    told it); ``route`` is then the label given to ``guard.protect`` (a failed call's is
+    in ``route_errors``).
     A call the Guard refused before its first attempt (an invalid request or ``stream=``, an
     input guardrail's refusal, one over ``max_input_tokens``, arguments a drop-in client or
     the transport seam refused) is an ``"error"`` too, with ``attempts`` 0, no route and no

@@ -97,7 +97,7 @@ class _Protected:
                 outcome="error" if error is not None else "cancelled" if cancelled else "ok",
                 scope=current_scope().merged(*self.scope_keywords),
                 model=tally.model if tally is not None else _model_of(result),
-                route=route if error is None and not cancelled else None,
+                route=route if error is None else None,  # (cancelled too, as a chat's)
                 attempts=len(retries) + 1,
                 latency_s=time.monotonic() - started,
                 usage=usage,
