@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from llmguard_sdk import Guard, OpenAICompatibleProvider
+from llmguard_sdk.telemetry import Telemetry
+from llmguard_sdk.telemetry.sampling import EvalSink, read_samples
 from llmguard_sdk.testing import FakeProvider
 
 from .conftest import USER
@@ -69,3 +72,41 @@ def test_a_failing_redact_function_loses_the_content_not_the_calls_telemetry(
     assert "redact" in caplog.text
     assert "telemetry failed" not in caplog.text
     assert "hello there" not in caplog.text
+
+
+def test_an_eval_sinks_failing_redact_function_writes_the_sample_without_its_text(
+    fake: FakeProvider,
+    broken: Callable[[str], str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ``EvalSink`` whose ``redact`` failed lost the sample (the exception left
+    ``offer()``, logged with a traceback that quoted the prompt) but kept its call id, so the
+    call's feedback was written for a call never written (and feedback with a label
+    failed). The sample is written, its texts ``[redaction failed]``, its feedback after it;
+    the failure logged by its class's name, once."""
+    path = tmp_path / "eval.jsonl"
+    telemetry = Telemetry(eval_sink=EvalSink(path, share=1.0, redact=broken), log_level=None)
+    route = OpenAICompatibleProvider(fake.base_url, model=fake.model, name="primary")
+    with (
+        Guard(route, telemetry=telemetry, environ={}) as guard,
+        caplog.at_level(logging.INFO, logger="llmguard_sdk"),
+    ):
+        ids = [guard.chat(USER).metadata["call_id"] for _ in range(2)]
+        for call_id in ids:
+            telemetry.feedback(call_id, 1.0)
+            telemetry.feedback(call_id, 0.0, label="thumbs")
+    (first, second) = samples = read_samples(path)
+    assert [s["call_id"] for s in samples] == ids
+    assert first["request"]["messages"] == [{"role": "user", "content": "[redaction failed]"}]
+    assert first["answer"] == "[redaction failed]"
+    assert first["feedback"] == [
+        {"score": 1.0, "label": None},
+        {"score": 0.0, "label": "[redaction failed]"},
+    ]
+    assert second["feedback"] == first["feedback"]
+    assert "hello there" not in path.read_text()
+    assert "hello there" not in caplog.text
+    assert "telemetry failed" not in caplog.text
+    failures = [r for r in caplog.records if "redact" in r.getMessage()]
+    assert len(failures) == 1

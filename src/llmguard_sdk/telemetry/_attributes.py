@@ -4,13 +4,12 @@ route tell, under the names of the chosen conventions."""
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._state.stores import hash_id
 from ..errors import ConfigurationError
-from ._repeats import log_repeated
+from ._redacting import redacted
 from ._semconv import Names
 from .redaction import redact, redact_secrets
 
@@ -50,8 +49,6 @@ _EXTRA_NUMBERS = (  # extra_body parameters the conventions name: (key, attribut
     ("presence_penalty", "gen_ai.request.presence_penalty", float),
     ("n", "gen_ai.request.choice.count", int),
 )
-_LOG = logging.getLogger("llmguard_sdk.telemetry")
-_REDACTION_FAILED = "[redaction failed]"  # captured content whose redact function failed
 _PROVIDER_NAMES = {
     "AnthropicProvider": "anthropic",
     "LocalProvider": "llama.cpp",
@@ -108,22 +105,7 @@ def captured(redact: Callable[[str], str], text: str, max_chars: int) -> str:
     ``max_chars``. A ``redact`` that fails (raises, or gives no string) costs the content
     alone, never the call's spans and points: ``[redaction failed]`` in its place (logged
     once, then counted; by the error's class, whose message may quote the content)."""
-    redacted: object
-    try:
-        redacted = redact(redact_secrets(text))
-    except Exception as exc:
-        redacted = exc  # (said below)
-    if not isinstance(redacted, str):
-        log_repeated(
-            _LOG,
-            logging.WARNING,
-            ("redact", redact),
-            "llmguard telemetry: redact=%r failed (%s): captured content left out",
-            redact,
-            type(redacted).__name__,
-        )
-        return _REDACTION_FAILED
-    return redacted[:max_chars]
+    return redacted(redact, text)[:max_chars]
 
 
 def provider_name(route: Provider | None) -> str:

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ._options import checked_number
+from ._redacting import redacted
 from .redaction import redact as _default_redact
-from .redaction import redact_secrets
 
 if TYPE_CHECKING:
     from ..context import CallContext
@@ -67,7 +67,9 @@ class EvalSink:
         path: the file (created with its folder; rotated to ``path.1``).
         share: the fraction of calls sampled, from 0 to 1.
         redact: applied to every text written (the default masks personal data), after
-            the credentials are masked (whatever ``redact`` is, as for all telemetry).
+            the credentials are masked (whatever ``redact`` is, as for all telemetry). One
+            that fails (raises, or gives no string) has its text written as
+            ``[redaction failed]`` (logged), never unredacted; the sample is written.
         max_bytes: at most this much stays on disk (two files of half each; a record
             longer than half is left out).
         max_age_s: records older than this are deleted (default 30 days).
@@ -102,18 +104,23 @@ class EvalSink:
         return f"EvalSink({str(self.path)!r}, share={self.share})"
 
     def offer(self, record: Callable[[], dict[str, Any]], call_id: str) -> bool:
-        """Sample the call: write ``record()`` (built only when sampled); True if written."""
+        """Sample the call: write ``record()`` (built only when sampled); True if written.
+        A call not written (too long, or ``record()`` failed) is forgotten: no feedback
+        line is written for it."""
         with self._lock:
             if self.share <= 0.0 or self._random.random() >= self.share:
                 return False
             self._sampled[call_id] = None
             if len(self._sampled) > _REMEMBERED:
                 self._sampled.popitem(last=False)
-        if self._write(record()):
-            return True
-        with self._lock:
-            self._sampled.pop(call_id, None)  # not written: no feedback lines for it
-        return False
+        written = False
+        try:
+            written = self._write(record())
+        finally:
+            if not written:
+                with self._lock:
+                    self._sampled.pop(call_id, None)
+        return written
 
     def feedback(self, call_id: str, score: float, label: str | None) -> bool:
         """Append feedback on ``call_id`` when that call was sampled; True if written."""
@@ -126,8 +133,9 @@ class EvalSink:
         return True
 
     def text(self, value: str) -> str:
-        """``value`` as the sink writes it: credentials masked, then ``redact`` applied."""
-        return self._redact(redact_secrets(value))
+        """``value`` as the sink writes it: credentials masked, then ``redact`` applied
+        (``[redaction failed]`` where ``redact`` fails: raises, or gives no string)."""
+        return redacted(self._redact, value)
 
     def prune(self) -> None:
         """Rotate or delete what is past the retention limits now."""
