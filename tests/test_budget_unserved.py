@@ -308,7 +308,9 @@ def test_a_call_without_an_answer_records_what_its_budgets_charged(
     fake: FakeProvider, make_guard: MakeGuard, tmp_path: Path, ending: str
 ) -> None:
     """The call event, the usage file and the cost metric said None (nothing) for a call
-    that got no answer, while its budgets charged the prompt it sent."""
+    that got no answer, while its budgets charged the prompt it sent. Its token usage
+    points and span then counted no token for that charge: they count the tokens charged,
+    marked ``llmguard.usage.estimated``."""
     otel, meter_provider = exporters()
     events: list[CallEvent] = []
     recorder = UsageRecorder(tmp_path / "usage.jsonl")
@@ -336,6 +338,20 @@ def test_a_call_without_an_answer_records_what_its_budgets_charged(
     (span,) = [s for s in otel.finished() if "llmguard.kind" in (s.attributes or {})]
     assert span.attributes is not None
     assert span.attributes["llmguard.cost_usd"] == pytest.approx(charged)
+    tokens = {
+        p.attributes["gen_ai.token.type"]: p for p in otel.points("gen_ai.client.token.usage")
+    }
+    assert {kind: p.sum for kind, p in tokens.items()} == {
+        "input": _prompt_tokens(USER),
+        "output": 0,
+    }
+    assert {p.attributes["llmguard.usage.estimated"] for p in tokens.values()} == {True}
+    used = (
+        span.attributes["gen_ai.usage.input_tokens"],
+        span.attributes["gen_ai.usage.output_tokens"],
+    )
+    assert used == (_prompt_tokens(USER), 0)
+    assert span.attributes["llmguard.usage.estimated"] is True
     meter_provider.shutdown()
     otel.tracer_provider.shutdown()
 

@@ -228,6 +228,19 @@ class CallContext:
         self.attempt_log.append(record)
         return record
 
+    def unserved_usage(self) -> Usage | None:
+        """The tokens of the call's ``unserved`` attempts, summed (``estimated`` where any
+        was counted here, not reported): what a call that ended without an answer was
+        charged for; None when none went out."""
+        if not self.unserved:
+            return None
+        used = [usage for _route, usage in self.unserved]
+        return Usage(
+            input_tokens=sum(u.input_tokens for u in used),
+            output_tokens=sum(u.output_tokens for u in used),
+            estimated=any(u.estimated for u in used),
+        )
+
     def input_tokens(self) -> TokenCount:
         """The request's input tokens, counted once, when a stage first needs them."""
         if self.input_count is None:

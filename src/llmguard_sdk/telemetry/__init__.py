@@ -71,8 +71,10 @@ non-empty content delta) and ``gen_ai.client.operation.time_per_output_chunk`` (
 between content chunks) for streams; ``llmguard.time_to_first_token`` (end to end, from the
 caller's call: queueing, rate-limit waits and retries included); ``llmguard.output_tokens_per_
 second``; ``llmguard.cost`` (USD; a call without an answer counts what its requests that
-went out cost, as its budgets were charged); ``llmguard.cache.lookups`` (by result, the
-skipped calls apart: the hit rate is hits over hits and misses);
+went out cost, as its budgets were charged, and its token usage points the tokens they were
+charged for, with ``llmguard.usage.estimated``, as its span has them);
+``llmguard.cache.lookups`` (by result, the skipped calls apart: the hit rate is hits over hits
+and misses);
 ``llmguard.breaker.transitions``; ``llmguard.retries``; ``llmguard.budget.events`` and
 ``llmguard.budget.remaining`` (at each alert or refusal, by budget and scope: a tenant or user
 scope by its kind alone, no ids on metrics). Duration and token points carry the

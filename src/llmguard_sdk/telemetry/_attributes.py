@@ -15,7 +15,7 @@ from .redaction import redact, redact_secrets
 
 if TYPE_CHECKING:
     from ..context import CallContext, RetryDetails, Scope
-    from ..models import ChatRequest, ChatResponse
+    from ..models import ChatRequest, ChatResponse, Usage
     from ..providers.base import Provider
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "add_response",
     "add_scope",
     "add_server",
+    "add_unserved",
     "call_route",
     "captured",
     "check_options",
@@ -274,3 +275,16 @@ def add_response(attributes: Attributes, response: ChatResponse, names: Names) -
         attributes["llmguard.cost_source"] = response.cost_source or "unknown"
     if response.metadata.get("degraded"):
         attributes["llmguard.degraded"] = True
+
+
+def add_unserved(attributes: Attributes, usage: Usage | None, usd: float | None) -> None:
+    """What the attempts of a call that ended without an answer used (``usage``: tokens,
+    ``llmguard.usage.estimated`` where counted here) and cost (``usd``, estimated), as its
+    budgets were charged for them; nothing where none went out."""
+    if usage is not None:
+        attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+        attributes["llmguard.usage.estimated"] = usage.estimated
+    if usd is not None:
+        attributes["llmguard.cost_usd"] = usd
+        attributes["llmguard.cost_source"] = "estimated"

@@ -158,11 +158,14 @@ class Instruments:
             self.cascades.add(1, ctx.task.metric_labels())
         served_by_provider = response is not None and (cache is None or cache in _PROVIDER_SERVED)
         if served_by_provider and response is not None and response.usage is not None:
-            for token_type, count in (
-                ("input", response.usage.input_tokens),
-                ("output", response.usage.output_tokens),
-            ):
-                self.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
+            self._record_tokens(response.usage.input_tokens, response.usage.output_tokens, labels)
+        elif response is None and "gen_ai.usage.input_tokens" in call:
+            # no answer: the tokens its attempts that went out were charged for, as its cost
+            self._record_tokens(
+                call["gen_ai.usage.input_tokens"],
+                call["gen_ai.usage.output_tokens"],
+                {**labels, "llmguard.usage.estimated": call["llmguard.usage.estimated"]},
+            )
         cost = response.cost_usd if response is not None else ctx.unserved_usd
         if cost:  # (no answer: its attempts that went out, as its budgets were charged)
             source = response.cost_source if response is not None else "estimated"
@@ -172,6 +175,11 @@ class Instruments:
             self.cost.add(cost, cost_labels)
         if kind == "stream" and served_by_provider:
             self._stream_metrics(ctx, routes, labels, response)
+
+    def _record_tokens(self, input_tokens: int, output_tokens: int, labels: Attributes) -> None:
+        """A call's input and output token points."""
+        for token_type, count in (("input", input_tokens), ("output", output_tokens)):
+            self.tokens.record(count, {**labels, "gen_ai.token.type": token_type})
 
     def _stream_metrics(
         self,

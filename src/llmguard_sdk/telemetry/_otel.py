@@ -20,6 +20,7 @@ from ._attributes import (
     add_request,
     add_response,
     add_scope,
+    add_unserved,
     call_route,
     captured,
     check_options,
@@ -477,9 +478,8 @@ class Telemetry:
                 attributes["llmguard.release.prompt_version"] = ctx.prompt_version
         if response is not None:
             add_response(attributes, response, self.names)
-        elif ctx.unserved_usd is not None:  # no answer: what its attempts that went out cost
-            attributes["llmguard.cost_usd"] = ctx.unserved_usd
-            attributes["llmguard.cost_source"] = "estimated"
+        else:  # no answer: what its attempts that went out used and cost, as charged
+            add_unserved(attributes, ctx.unserved_usage(), ctx.unserved_usd)
         if cache_on:
             hit = response.metadata.get("cache") if response is not None else None
             attributes["llmguard.cache"] = hit or ("skipped" if ctx.cache_skipped else "miss")
