@@ -29,9 +29,10 @@ penalties and ``choice.count`` (from ``extra_body``), ``gen_ai.output.type`` (wh
 ``skipped``: a call the cache does not serve, opted out, sampled or for an end user) and
 ``cache.similarity``, ``cost_usd`` and ``cost_source``, ``retry_wait_s``,
 ``rate_limit_wait_s``, ``time_to_first_token_s`` (streams), ``degraded``. The operation, the
-provider, the model and the server are given as the span starts, for samplers (the server
-not where the span starts as the first attempt begins, to carry its trace context: it is
-set as the call ends, once the route that answered is known, as the metric points name it). A child
+provider, the model and the server are given as the span starts, for samplers (where the
+span starts as the first attempt begins, to carry its trace context, and the call's routes
+have more than one server, the server is set as the call ends, once the route that answered
+is known, as the metric points name it). A child
 ``INTERNAL`` span per provider attempt, ``llmguard.attempt``, carries ``llmguard.route``,
 ``llmguard.attempt``, ``server.address`` / ``server.port``, ``llmguard.retry_wait_s`` (the
 wait that followed it) and, for streams, ``llmguard.time_to_first_chunk_s``, and no

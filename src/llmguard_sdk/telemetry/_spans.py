@@ -120,6 +120,14 @@ def end_started(ctx: CallContext, call_end: float) -> None:
             attempt.span.end(end_time=wall_ns(ctx, attempt.ended or call_end))
 
 
+def _one_server(routes: Sequence[Provider]) -> bool:
+    """Whether ``routes`` all have one server (or none has one)."""
+    servers = {
+        (getattr(r, "server_address", None), getattr(r, "server_port", None)) for r in routes
+    }
+    return len(servers) <= 1
+
+
 def start_traced_attempt(
     tracer: trace.Tracer,
     names: Names,
@@ -137,9 +145,10 @@ def start_traced_attempt(
     call = ctx.span
     if call is None:  # what names its operation, for the sampler; the rest as it ends
         first = call_route(ctx, routes)  # (the route of the call's first attempt)
-        # no server yet: the route that answers names it as the call ends (none: a route
-        # without one answered), and a span's attribute, once set, cannot be taken back
-        attributes = operation(names, first, requested_model(ctx, first), server=False)
+        # the server, where every route the call may take has the one; else the route that
+        # answers names it as the call ends (a span's attribute cannot be taken back)
+        one = _one_server(ctx.route_order or routes)
+        attributes = operation(names, first, requested_model(ctx, first), server=one)
         call = ctx.span = tracer.start_span(
             f"chat {attributes['gen_ai.request.model']}".strip(),
             context=caller,
