@@ -86,7 +86,7 @@ def main() -> None:
         print(f"lint: {warning.rule} in {warning.section} at {warning.start}: {warning.text!r}")
 
     support.set_instructions("You are Pedal. Today's special: 10 % off helmets.")
-    support.build("Any deals?")
+    support.build("Any deals?", tenant="acme")  # drift is tracked per template and tenant
     print(f"drift: {drifts[0].template} changed in {', '.join(drifts[0].sections)}")
 
 
